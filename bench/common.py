@@ -1,0 +1,228 @@
+"""Shared set-up of the benchmarks: Django on a database of their own, timing and printing.
+
+Benchmarks use ``.state/bench`` (SQLite) unless ``BENCH_DATABASE_URL`` names another database;
+they delete and re-create the objects they need there, so never point it at real data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+import socket
+import ssl
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from cryptography.fernet import Fernet
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def setup_django(name: str) -> None:
+    sys.path.insert(0, str(ROOT))
+    os.environ.setdefault("CONTROLPLANE_STATE_DIR", str(ROOT / ".state" / f"bench-{name}"))
+    os.environ["DJANGO_SETTINGS_MODULE"] = "controlplane.settings"
+    if os.environ.get("BENCH_DATABASE_URL"):
+        os.environ["DATABASE_URL"] = os.environ["BENCH_DATABASE_URL"]
+    os.environ.setdefault("LOG_LEVEL", "WARNING")
+    # Production mode (no debug query log, manifest-free static storage is fine for timing).
+    os.environ.setdefault("DJANGO_DEBUG", "0")
+    # Keys kept with the bench state: the bench database outlives one run.
+    keys = ROOT / ".state" / "bench-keys"  # one set for every benchmark: they may share a database
+    if not keys.exists():
+        keys.parent.mkdir(parents=True, exist_ok=True)
+        keys.write_text(f"{secrets.token_urlsafe(60)}\n{Fernet.generate_key().decode()}\n")
+    secret_key, encryption_key = keys.read_text().split()
+    os.environ.setdefault("DJANGO_SECRET_KEY", secret_key)
+    os.environ.setdefault("CONTROLPLANE_ENCRYPTION_KEYS", encryption_key)
+    os.environ.setdefault("DJANGO_ALLOWED_HOSTS", "testserver,localhost,127.0.0.1")
+    os.environ.setdefault("DJANGO_SECURE_SSL_REDIRECT", "0")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    call_command("collectstatic", interactive=False, verbosity=0)
+
+
+def percentile(values: list[float], pct: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(pct / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def timed(fn: Callable[[], object], repeat: int, warmup: int = 3) -> list[float]:
+    """Wall-clock milliseconds of ``repeat`` calls after ``warmup`` calls."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - started) * 1000)
+    return samples
+
+
+def summary(samples: list[float]) -> str:
+    return f"median {statistics.median(samples):7.2f} ms   p95 {percentile(samples, 95):7.2f} ms"
+
+
+def measure_page(client: object, path: str, repeat: int, **headers: str) -> tuple[list[float], int]:
+    """Server time samples (ms) of GET ``path`` with a Django test client, and its SQL query count."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def fetch() -> None:
+        response = client.get(path, **headers)
+        assert response.status_code == 200, (path, response.status_code)
+
+    samples = timed(fetch, repeat)
+    with CaptureQueriesContext(connection) as queries:
+        fetch()
+    return samples, len(queries)
+
+
+def klm_watcher(**extra: object) -> None:
+    """The lifecycle-manager Watcher every runtime gets (its events reconcile the Kyma)."""
+    from watchers.models import Watcher
+
+    Watcher.objects.create(
+        namespace="kcp-system",
+        name="klm-watcher",
+        manager="lifecycle-manager",
+        component="lifecycle-manager",
+        labels_to_watch={"operator.kyma-project.io/watched-by": "kyma"},
+        resource_to_watch={"group": "operator.kyma-project.io", "version": "*", "resource": "kymas"},
+        service_info={"name": "klm", "namespace": "kcp-system", "port": 8082},
+        **extra,
+    )
+
+
+def database_label() -> str:
+    from django.db import connection
+
+    return f"{connection.vendor} ({connection.settings_dict['NAME']})"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_port(port: int, proc: subprocess.Popen, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise TimeoutError(f"port {port} not open")
+
+
+def start_listener(port: int, env: dict) -> subprocess.Popen:
+    argv = [sys.executable, str(ROOT / "manage.py"), "serve", "listener", "--bind", f"127.0.0.1:{port}"]
+    return subprocess.Popen(
+        argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
+
+
+def start_workers(count: int, **env: str) -> list[subprocess.Popen]:
+    """``count`` Celery worker processes (one pool process each), started in their own sessions."""
+    procs = []
+    for number in range(count):
+        argv = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "controlplane",
+            "worker",
+            "--concurrency",
+            "1",
+            "--loglevel",
+            "WARNING",
+            "--without-mingle",
+            "--without-gossip",
+            "--without-heartbeat",
+            "-n",
+            f"bench{number}@%h",
+        ]
+        procs.append(
+            subprocess.Popen(
+                argv,
+                cwd=ROOT,
+                env={**os.environ, **env},
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        )
+    time.sleep(6)
+    return procs
+
+
+def stop_processes(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM each process group, then wait for all of them."""
+    for proc in procs:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+    for proc in procs:
+        proc.wait(30)
+
+
+class RawClient:
+    """A lean HTTP/1.1 client over one TLS socket: the load generator must not eat the CPU the
+    server needs (the same client drives all three modes, so the ratios stay fair)."""
+
+    def __init__(self, port: int, context: ssl.SSLContext, request: bytes) -> None:
+        self.port, self.context, self.request = port, context, request
+        self.sock: ssl.SSLSocket | None = None
+        self.buffer = b""
+
+    def connect(self) -> None:
+        raw = socket.create_connection(("127.0.0.1", self.port), timeout=30)
+        self.sock = self.context.wrap_socket(raw, server_hostname="localhost")
+        self.buffer = b""
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+    def post(self) -> int:
+        if self.sock is None:
+            self.connect()
+        self.sock.sendall(self.request)
+        while b"\r\n\r\n" not in self.buffer:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("closed")
+            self.buffer += chunk
+        head, _, rest = self.buffer.partition(b"\r\n\r\n")
+        status = int(head[9:12])
+        lowered = head.lower()
+        length = (
+            int(lowered.split(b"content-length:")[1].split(b"\r\n")[0])
+            if b"content-length:" in lowered
+            else 0
+        )
+        while len(rest) < length:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("closed")
+            rest += chunk
+        self.buffer = rest[length:]
+        if b"connection: close" in lowered:
+            self.close()
+        return status

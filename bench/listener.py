@@ -1,0 +1,288 @@
+"""The listener over mutual TLS, driven by several client processes.
+
+Reports events/s and p50/p99 latency for
+  (a) WatchEvents with keep-alive connections (what our runtime watcher does),
+  (b) WatchEvents with a new TLS handshake per event (what upstream's watcher does),
+  (c) a bare gunicorn TLS "hello" app with the same TLS and worker settings: the ceiling,
+and the ratios (a)/(c) and (a)/(b). Goal: (a) >= 2,000 events/s on 2 cores and >= half of (c).
+
+No worker consumes the queued reconciles here, so in (a) every Kyma's reconcile is overdue after
+its first 0.1 s and every event asks the queue (one Redis round trip) whether it is still queued:
+the worst case, as when the workers lag far behind. (a') repeats (a) with every event inside its
+queued reconcile's window (LISTENER_RECONCILE_DELAY=60), i.e. without that round trip: what the
+listener costs when workers keep up and a hot runtime's events fall inside the window.
+
+The database is SQLite under .state/bench-listener unless BENCH_DATABASE_URL is set; the broker is
+the filesystem one unless BENCH_BROKER_URL is set (e.g. redis://127.0.0.1:6379/15).
+
+    python bench/listener.py [--seconds 8] [--clients 4] [--threads 8] [--kymas 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import multiprocessing
+import os
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from common import (
+    RawClient,
+    database_label,
+    free_port,
+    percentile,
+    setup_django,
+    start_listener,
+    wait_port,
+)
+
+if os.environ.get("BENCH_BROKER_URL"):
+    os.environ["CELERY_BROKER_URL"] = os.environ["BENCH_BROKER_URL"]
+setup_django("listener")
+
+from controlplane.models import Kyma
+from pki import services
+from watchers.models import Watcher
+
+HELLO_APP = """
+def application(environ, start_response):
+    environ["wsgi.input"].read()
+    start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", "2")])
+    return [b"{}"]
+"""
+BODY = json.dumps(
+    {
+        "watched": {"Namespace": "kyma-system", "Name": "default"},
+        "watchedGvk": {"group": "operator.kyma-project.io", "version": "v1beta2", "kind": "Kyma"},
+    }
+).encode()
+
+
+def prepare(kymas: int, directory: Path) -> list[tuple[str, str]]:
+    """Kymas with certificates; returns (cert file, key file) per Kyma."""
+    Kyma.objects.all().delete()
+    Watcher.objects.get_or_create(
+        component="lifecycle-manager",
+        defaults={
+            "namespace": "kcp-system",
+            "name": "klm",
+            "manager": "lifecycle-manager",
+            "resource_to_watch": {"group": "operator.kyma-project.io", "version": "*", "resource": "kymas"},
+            "service_info": {"name": "klm", "namespace": "kcp-system", "port": 8082},
+        },
+    )
+    services.ca_bootstrap()
+    files = []
+    for number in range(kymas):
+        kyma = Kyma.objects.create(
+            name=f"bench-{number}",
+            runtime_id=f"rt-bench-{number}",
+            skr_domain=f"bench-{number}.kyma.example.com",
+        )
+        data = services.runtime_secret_data(services.certificate_for_kyma(kyma=kyma))
+        cert, key = directory / f"{number}.crt", directory / f"{number}.key"
+        cert.write_bytes(data["tls.crt"])
+        key.write_bytes(data["tls.key"])
+        files.append((str(cert), str(key)))
+    (directory / "ca.crt").write_bytes(services.ca_bundle_pem())
+    return files
+
+
+def client_process(args: tuple) -> tuple[int, int, list[float]]:
+    """One client process: ``threads`` threads posting for ``seconds``; returns (ok, failed, latencies)."""
+    port, path, files, ca_file, seconds, threads, keep_alive = args
+    request = (
+        f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(BODY)}\r\n\r\n"
+    ).encode() + BODY
+    ok = failed = 0
+    latencies: list[float] = []
+    lock = threading.Lock()
+    stop_at = time.monotonic() + seconds
+
+    def run(index: int) -> None:
+        nonlocal ok, failed
+        cert, key = files[index % len(files)]
+        context = ssl.create_default_context(cafile=ca_file)
+        context.load_cert_chain(cert, key)
+        client = RawClient(port, context, request)
+        mine_ok = mine_failed = 0
+        mine: list[float] = []
+        while time.monotonic() < stop_at:
+            started = time.perf_counter()
+            try:
+                status = client.post()
+                if status == 200:
+                    mine_ok += 1
+                    mine.append(time.perf_counter() - started)
+                else:
+                    mine_failed += 1
+            except (OSError, ValueError, IndexError):
+                mine_failed += 1
+                client.close()
+            if not keep_alive:
+                client.close()
+        client.close()
+        with lock:
+            ok += mine_ok
+            failed += mine_failed
+            latencies.extend(mine)
+
+    pool = [threading.Thread(target=run, args=(os.getpid() * 100 + i,)) for i in range(threads)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    return ok, failed, latencies
+
+
+def drive(
+    port: int, path: str, files: list, ca_file: str, args: argparse.Namespace, keep_alive: bool
+) -> dict:
+    jobs = [(port, path, files, ca_file, args.seconds, args.threads, keep_alive) for _ in range(args.clients)]
+    started = time.perf_counter()
+    with multiprocessing.get_context("fork").Pool(args.clients) as pool:
+        results = pool.map(client_process, jobs)
+    elapsed = time.perf_counter() - started
+    latencies = sorted(x for _, _, lat in results for x in lat)
+    ok = sum(r[0] for r in results)
+    return {
+        "rate": ok / args.seconds,
+        "ok": ok,
+        "failed": sum(r[1] for r in results),
+        "p50": statistics.median(latencies) * 1000 if latencies else float("nan"),
+        "p99": percentile(latencies, 99) * 1000 if latencies else float("nan"),
+        "elapsed": elapsed,
+    }
+
+
+@contextlib.contextmanager
+def serving(server: subprocess.Popen, port: int) -> Iterator[None]:
+    """A started server, once it accepts connections; stopped afterwards."""
+    try:
+        wait_port(port, server)
+        time.sleep(1)
+        yield
+    finally:
+        server.terminate()
+        server.wait(20)
+
+
+def clear_marks() -> None:
+    """Forget the "reconcile queued" marks the earlier runs left (nothing consumes their tasks)."""
+    from controlplane.services.reconcile_flags import RedisFlags, flags
+
+    store = flags()
+    if isinstance(store, RedisFlags):
+        keys = list(store.client.scan_iter(match=store.key("*"), count=1000))
+        if keys:
+            store.client.delete(*keys)
+    Kyma.objects.update(reconcile_queued_at=None, reconcile_not_before=None)
+
+
+def start_hello(port: int, directory: Path, env: dict) -> subprocess.Popen:
+    (directory / "hello_app.py").write_text(HELLO_APP)
+    tls_dir = Path(env["CONTROLPLANE_STATE_DIR"]) / "listener-tls"
+    argv = [
+        sys.executable,
+        "-m",
+        "gunicorn",
+        "--chdir",
+        str(directory),
+        "--bind",
+        f"127.0.0.1:{port}",
+        "--worker-class",
+        "gthread",
+        "--workers",
+        env["LISTENER_WORKERS"],
+        "--threads",
+        env["LISTENER_THREADS"],
+        "--keep-alive",
+        "75",
+        "--certfile",
+        str(tls_dir / "tls.crt"),
+        "--keyfile",
+        str(tls_dir / "tls.key"),
+        "--ca-certs",
+        str(tls_dir / "ca.crt"),
+        "--cert-reqs",
+        "2",
+        "--no-control-socket",
+        "hello_app:application",
+    ]
+    return subprocess.Popen(argv, cwd=directory, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def report(label: str, result: dict) -> None:
+    print(
+        f"{label:58s} {result['rate']:8.0f} /s   p50 {result['p50']:6.2f} ms   p99 {result['p99']:7.2f} ms"
+        f"   ({result['ok']} ok, {result['failed']} failed)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seconds", type=float, default=8)
+    parser.add_argument("--clients", type=int, default=4, help="client processes")
+    parser.add_argument("--threads", type=int, default=8, help="connections per client process")
+    parser.add_argument("--kymas", type=int, default=50)
+    parser.add_argument("--workers", default="2", help="listener gunicorn processes")
+    parser.add_argument("--server-threads", default="8", help="threads per listener process")
+    args = parser.parse_args()
+
+    directory = Path(tempfile.mkdtemp(prefix="bench-listener-"))
+    files = prepare(args.kymas, directory)
+    ca_file = str(directory / "ca.crt")
+    env = dict(
+        os.environ,
+        LISTENER_WORKERS=args.workers,
+        LISTENER_THREADS=args.server_threads,
+        LISTENER_ACCESS_LOG="0",
+        LISTENER_METRICS_BIND=f"127.0.0.1:{free_port()}",
+        PYTHONUNBUFFERED="1",
+    )
+    print(f"database: {database_label()}; broker: {os.environ.get('CELERY_BROKER_URL', 'filesystem')}")
+    print(
+        f"{args.clients} client processes x {args.threads} connections, {args.seconds:.0f} s each, "
+        f"{args.workers} listener workers, {os.cpu_count()} CPUs\n"
+    )
+
+    path = "/v2/lifecycle-manager/event"
+    port = free_port()
+    with serving(start_listener(port, env), port):
+        keep = drive(port, path, files, ca_file, args, keep_alive=True)
+        report("(a) WatchEvents, keep-alive", keep)
+        fresh = drive(port, path, files, ca_file, args, keep_alive=False)
+        report("(b) WatchEvents, new TLS handshake per event (upstream)", fresh)
+
+    # (a) again, with every event inside its queued reconcile's window: no queue round trip.
+    clear_marks()
+    port = free_port()
+    with serving(start_listener(port, dict(env, LISTENER_RECONCILE_DELAY="60")), port):
+        covered = drive(port, path, files, ca_file, args, keep_alive=True)
+        report("(a') WatchEvents, keep-alive, no queue round trip", covered)
+
+    port = free_port()
+    with serving(start_hello(port, directory, env), port):
+        ceiling = drive(port, "/", files, ca_file, args, keep_alive=True)
+        report("(c) bare gunicorn TLS hello, keep-alive (ceiling)", ceiling)
+
+    print(f"\n(a)/(c) = {keep['rate'] / ceiling['rate']:.2f}   (goal >= 0.5)")
+    print(f"(a')/(c) = {covered['rate'] / ceiling['rate']:.2f}   (without the per-event queue check)")
+    print(f"(a)/(b) = {keep['rate'] / fresh['rate']:.1f}x faster than a handshake per event")
+    print(f"(a) >= 2,000 events/s: {'yes' if keep['rate'] >= 2000 else 'NO'}")
+
+
+if __name__ == "__main__":
+    main()

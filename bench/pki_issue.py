@@ -1,0 +1,108 @@
+"""Certificate issuance speed.
+
+Reports certificates per second for ECDSA P-256 and RSA 4096 (key generation and signing only),
+the per-Kyma service path (one transaction per certificate, as a reconcile issues it) as the
+baseline, and the time to issue certificates for 10,000 Kymas with the bulk path (what a CA
+rotation or a fleet import uses), with the ratio to the baseline.
+Goal: 10,000 ECDSA certificates in under 30 s.
+
+    python bench/pki_issue.py [--kymas 10000] [--rsa 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import time
+import uuid
+
+from common import database_label, setup_django
+
+setup_django("pki_issue")
+
+from django.utils import timezone
+
+from controlplane.models import Kyma
+from pki import crypto, services
+from pki.models import Certificate
+
+
+def crypto_rate(key_type: str, count: int) -> float:
+    now = timezone.now()
+    ca = crypto.create_ca(common_name="bench", now=now, validity=dt.timedelta(days=90), key_type=key_type)
+    started = time.perf_counter()
+    for number in range(count):
+        crypto.issue_certificate(
+            ca=ca,
+            common_name=f"rt-{number}",
+            dns_names=[f"rt-{number}.example.com"],
+            now=now,
+            validity=dt.timedelta(days=60),
+            key_type=key_type,
+        )
+    return count / (time.perf_counter() - started)
+
+
+def fleet(size: int) -> list[Kyma]:
+    Certificate.objects.all().delete()
+    Kyma.objects.all().delete()
+    Kyma.objects.bulk_create(
+        [
+            Kyma(
+                uid=uuid.uuid4(),
+                namespace="kcp-system",
+                name=f"c-{n:06d}",
+                runtime_id=f"rt-{n:06d}",
+                skr_domain=f"c-{n:06d}.kyma.example.com",
+            )
+            for n in range(size)
+        ],
+        batch_size=2000,
+    )
+    return list(Kyma.objects.order_by("pk"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--kymas", type=int, default=10_000)
+    parser.add_argument("--baseline", type=int, default=1_000, help="Kymas for the one-by-one baseline")
+    parser.add_argument("--ecdsa", type=int, default=2_000, help="certificates for the ECDSA crypto rate")
+    parser.add_argument("--rsa", type=int, default=20, help="certificates for the RSA 4096 crypto rate")
+    args = parser.parse_args()
+    print(f"database: {database_label()}")
+
+    ecdsa = crypto_rate("ecdsa-p256", args.ecdsa)
+    rsa = crypto_rate("rsa-4096", args.rsa)
+    print(f"crypto only, ECDSA P-256: {ecdsa:9.1f} certificates/s")
+    print(f"crypto only, RSA 4096:    {rsa:9.1f} certificates/s   (ECDSA is x{ecdsa / rsa:.0f} faster)")
+
+    services.ca_bootstrap()
+    kymas = fleet(args.baseline)
+    started = time.perf_counter()
+    for kyma in kymas:
+        services.certificate_issue_for_kyma(kyma=kyma)
+    one_by_one = len(kymas) / (time.perf_counter() - started)
+    print(
+        f"service, one by one ({len(kymas):,} Kymas, stored encrypted): "
+        f"{one_by_one:7.1f} certificates/s  [baseline]"
+    )
+
+    kymas = fleet(args.kymas)
+    started = time.perf_counter()
+    issued = services.certificates_issue_bulk(kymas=kymas)
+    seconds = time.perf_counter() - started
+    assert issued == len(kymas) == Certificate.objects.filter(superseded_at__isnull=True).count()
+    print(
+        f"service, bulk ({issued:,} Kymas, stored encrypted): {seconds:6.2f} s = {issued / seconds:7.1f} "
+        f"certificates/s, x{issued / seconds / one_by_one:.2f} the baseline   goal: < 30 s"
+    )
+
+    started = time.perf_counter()
+    reissued = services.certificates_issue_bulk(kymas=kymas)
+    print(f"re-issue all after a CA rotation ({reissued:,}): {time.perf_counter() - started:6.2f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+"""A generic viewset for document kinds: list, get, apply (POST/PUT), delete.
+
+Views stay thin: they parse and authorise, then call the kind (which calls the services) and
+render the document. ``{id}`` in URLs is the object's ``metadata.uid``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from django.db.models import QuerySet
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status, viewsets
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from controlplane.errors import ValidationFailed
+from controlplane.resources.registry import ResourceKind
+
+ERROR_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "detail": {"type": "string"},
+        "errors": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {"field": {"type": "string"}, "reason": {"type": "string"}},
+            },
+        },
+    },
+}
+
+
+def _list_schema(doc_schema: dict) -> dict:
+    return {
+        "type": "object",
+        "properties": {
+            "count": {"type": "integer"},
+            "next": {"type": ["string", "null"]},
+            "previous": {"type": ["string", "null"]},
+            "results": {"type": "array", "items": doc_schema},
+        },
+    }
+
+
+class ResourceReadViewSet(viewsets.GenericViewSet):
+    """List and read documents of one kind."""
+
+    kind: ClassVar[ResourceKind]
+    lookup_field = "uid"
+    lookup_url_kwarg = "id"
+    lookup_value_regex = r"[0-9a-fA-F-]{36}"
+    ordering: ClassVar[tuple[str, ...]] = ("namespace", "name")
+
+    def get_queryset(self) -> QuerySet:
+        return self.kind.queryset().order_by(*self.ordering)
+
+    def document(self, obj: Any) -> dict[str, Any]:
+        return self.kind.to_document(obj)
+
+    def list(self, request: Request) -> Response:
+        queryset = self.filter_queryset(self.get_queryset())
+        page = self.paginate_queryset(queryset)
+        return self.get_paginated_response([self.document(obj) for obj in page])
+
+    def retrieve(self, request: Request, id: str) -> Response:
+        return Response(self.document(self.get_object()))
+
+
+class ResourceViewSet(ResourceReadViewSet):
+    """CRUD on one document kind; subclasses set ``kind`` and implement ``delete_object``."""
+
+    def _apply(self, request: Request, doc: Any, *, expected: Any = None) -> Response:
+        if not isinstance(doc, dict):
+            raise ValidationFailed("the body must be one document (an object)")
+        if expected is not None:
+            self._check_identity(doc, expected)
+        existing = self.kind.existing_document(doc) if self._valid(doc) else None
+        if existing is not None and not request.user.has_perm(self._perm("change")):
+            raise PermissionDenied(f"you may not change {self.kind.plural}")
+        result = self.kind.apply(doc)
+        code = status.HTTP_201_CREATED if result.outcome == "created" else status.HTTP_200_OK
+        return Response(self.document(result.obj), status=code)
+
+    def _valid(self, doc: dict) -> bool:
+        try:
+            self.kind.validate(doc)
+        except ValidationFailed:
+            return False
+        return True
+
+    def _check_identity(self, doc: dict, expected: Any) -> None:
+        metadata = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+        problems = []
+        if metadata.get("name") != expected.name:
+            problems.append(
+                ("metadata.name", f"must be {expected.name!r}, the name of the object at this URL")
+            )
+        if (
+            self.kind.namespaced
+            and metadata.get("namespace", self.kind.default_namespace) != expected.namespace
+        ):
+            problems.append(
+                ("metadata.namespace", f"must be {expected.namespace!r}, as the object at this URL")
+            )
+        if problems:
+            raise ValidationFailed("the document names another object than the URL", errors=problems)
+
+    def _perm(self, action: str) -> str:
+        meta = self.kind.model._meta
+        return f"{meta.app_label}.{action}_{meta.model_name}"
+
+    def create(self, request: Request) -> Response:
+        return self._apply(request, request.data)
+
+    def update(self, request: Request, id: str) -> Response:
+        return self._apply(request, request.data, expected=self.get_object())
+
+    def destroy(self, request: Request, id: str) -> Response:
+        obj = self.get_object()
+        gone = self.delete_object(obj)
+        if gone:
+            return Response(status=status.HTTP_204_NO_CONTENT)
+        obj.refresh_from_db()
+        return Response(self.document(obj), status=status.HTTP_202_ACCEPTED)
+
+    def delete_object(self, obj: Any) -> bool:
+        """Begin deleting ``obj``; True when it is gone at once."""
+        raise NotImplementedError
+
+
+def document_schema(
+    kind: ResourceKind, *, tags: list[str], descriptions: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """``extend_schema_view`` arguments documenting a kind with its own JSON Schema."""
+    doc = kind.schema
+    error = {400: ERROR_SCHEMA, 401: ERROR_SCHEMA, 403: ERROR_SCHEMA, 404: ERROR_SCHEMA}
+    descriptions = descriptions or {}
+    return {
+        "list": extend_schema(
+            tags=tags, responses={200: _list_schema(doc)}, description=descriptions.get("list")
+        ),
+        "retrieve": extend_schema(tags=tags, responses={200: doc, **error}),
+        "create": extend_schema(
+            tags=tags,
+            request={"application/json": doc, "application/yaml": doc},
+            responses={200: doc, 201: doc, **error},
+            description=f"Create or update (apply) a {kind.kind} from its document.",
+        ),
+        "update": extend_schema(
+            tags=tags,
+            request={"application/json": doc, "application/yaml": doc},
+            responses={200: doc, **error},
+        ),
+        "destroy": extend_schema(
+            tags=tags,
+            responses={202: doc, 204: None, **error},
+            description="Deletion is two-step: 202 while the object is Deleting (its cleanup runs), "
+            "204 once it is gone.",
+        ),
+    }
+
+
+ID_PARAMETER = OpenApiParameter("id", str, OpenApiParameter.PATH, description="metadata.uid of the object")

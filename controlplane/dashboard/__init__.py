@@ -1,0 +1,1 @@
+"""The fleet dashboard and the reads behind the admin's inspection pages."""

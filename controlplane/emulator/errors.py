@@ -1,0 +1,159 @@
+"""Kubernetes ``Status`` errors.
+
+Every failure leaves the emulator as the ``Status`` body a real API server would send, so the
+``kubernetes`` client raises ``ApiException`` with the same ``status``, ``reason`` and message
+text and callers can branch on them exactly as they would against a real cluster.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kmock import KubernetesError
+
+
+def qualified(plural: str, group: str) -> str:
+    """``deployments.apps`` / ``secrets``: how Kubernetes names a resource in messages."""
+    return f"{plural}.{group}" if group else plural
+
+
+def _details(name: str, plural: str, group: str) -> dict[str, Any]:
+    details: dict[str, Any] = {"name": name, "kind": plural}
+    if group:
+        details["group"] = group
+    return details
+
+
+def status_body(error: KubernetesError) -> dict[str, Any]:
+    """Render an error as a ``Status`` object."""
+    body: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": error.message or "",
+        "reason": error.reason or "",
+        "code": error.status,
+    }
+    if error.details:
+        body["details"] = error.details
+    return body
+
+
+def not_found(plural: str, group: str, name: str) -> KubernetesError:
+    return KubernetesError(
+        404, "NotFound", f'{qualified(plural, group)} "{name}" not found', _details(name, plural, group)
+    )
+
+
+def unknown_resource() -> KubernetesError:
+    return KubernetesError(404, "NotFound", "the server could not find the requested resource", None)
+
+
+def already_exists(plural: str, group: str, name: str) -> KubernetesError:
+    return KubernetesError(
+        409,
+        "AlreadyExists",
+        f'{qualified(plural, group)} "{name}" already exists',
+        _details(name, plural, group),
+    )
+
+
+def conflict(plural: str, group: str, name: str, why: str = "") -> KubernetesError:
+    why = why or "the object has been modified; please apply your changes to the latest version and try again"
+    return KubernetesError(
+        409,
+        "Conflict",
+        f'Operation cannot be fulfilled on {qualified(plural, group)} "{name}": {why}',
+        _details(name, plural, group),
+    )
+
+
+def apply_conflict(plural: str, group: str, name: str, conflicts: dict[str, list[str]]) -> KubernetesError:
+    """409 for server-side apply, worded like the apiserver's field manager."""
+    count = sum(len(fields) for fields in conflicts.values())
+    causes = [
+        {"reason": "FieldManagerConflict", "message": f'conflict with "{manager}"', "field": field}
+        for manager, fields in conflicts.items()
+        for field in fields
+    ]
+    if count == 1:
+        ((manager, fields),) = conflicts.items()
+        text = f'Apply failed with 1 conflict: conflict with "{manager}": {fields[0]}'
+    else:
+        lines = "".join(
+            f'\n- conflict with "{manager}": {field}'
+            for manager, fields in conflicts.items()
+            for field in fields
+        )
+        text = f"Apply failed with {count} conflicts:{lines}"
+    details = _details(name, plural, group) | {"causes": causes}
+    return KubernetesError(409, "Conflict", text, details)
+
+
+def invalid(kind: str, group: str, name: str, field: str, why: str) -> KubernetesError:
+    kind_name = f"{kind}.{group}" if group else kind
+    details = {
+        "name": name,
+        "kind": kind,
+        "causes": [{"reason": "FieldValueInvalid", "message": why, "field": field}],
+    }
+    if group:
+        details["group"] = group
+    return KubernetesError(422, "Invalid", f'{kind_name} "{name}" is invalid: {field}: {why}', details)
+
+
+def unprocessable(message: str) -> KubernetesError:
+    return KubernetesError(422, "Invalid", message, None)
+
+
+def bad_request(message: str) -> KubernetesError:
+    return KubernetesError(400, "BadRequest", message, None)
+
+
+def forbidden(plural: str, group: str, name: str, why: str) -> KubernetesError:
+    text = f'{qualified(plural, group)} "{name}" is forbidden: {why}'
+    return KubernetesError(403, "Forbidden", text, _details(name, plural, group))
+
+
+def method_not_allowed(method: str) -> KubernetesError:
+    return KubernetesError(
+        405,
+        "MethodNotAllowed",
+        f"the server does not allow this method on the requested resource ({method})",
+        None,
+    )
+
+
+def unsupported_media_type(content_type: str) -> KubernetesError:
+    return KubernetesError(
+        415,
+        "UnsupportedMediaType",
+        "the body of the request was in an unknown format - accepted media types include: "
+        "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, "
+        f"application/strategic-merge-patch+json (got {content_type!r})",
+        None,
+    )
+
+
+def unauthorized() -> KubernetesError:
+    return KubernetesError(401, "Unauthorized", "Unauthorized", None)
+
+
+def internal_error(message: str) -> KubernetesError:
+    return KubernetesError(
+        500, "InternalError", f"Internal error occurred: {message}", {"causes": [{"message": message}]}
+    )
+
+
+def too_many_requests(retry_after: int) -> KubernetesError:
+    return KubernetesError(
+        429,
+        "TooManyRequests",
+        "Too many requests, please try again later.",
+        {"retryAfterSeconds": retry_after},
+    )
+
+
+def expired(message: str) -> KubernetesError:
+    return KubernetesError(410, "Expired", message, None)

@@ -1,0 +1,1 @@
+"""Background jobs a user starts and follows in the admin (bulk reconcile, CA rotation)."""

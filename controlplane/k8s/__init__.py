@@ -1,0 +1,1 @@
+"""The runtime (SKR) client: the only package that talks to runtime clusters."""

@@ -1,0 +1,332 @@
+"""Talking to one runtime's API server: the only code that uses the ``kubernetes`` client.
+
+Everything else calls these small typed functions on plain dicts. Errors are translated the
+kopf way: a missing object is ``None`` (or :class:`Gone`), an existing one :class:`Exists`,
+connection problems, timeouts, 5xx and 429 are :class:`Temporary` (retry later), anything else is
+:class:`Permanent` (the request itself is wrong). Responses are parsed as JSON directly rather
+than deserialised into the client's model classes, which is several times faster.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import urllib3
+from django.conf import settings
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.rest import ApiException
+
+from controlplane.resources.yamlio import load_documents
+
+APPLY = "application/apply-patch+yaml"
+MERGE = "application/merge-patch+json"
+
+
+class RuntimeAPIError(Exception):
+    """A runtime API call failed; ``status`` is the HTTP status (0 when no answer came)."""
+
+    def __init__(self, message: str, *, status: int = 0, reason: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.reason = reason
+
+
+class Temporary(RuntimeAPIError):
+    """Unreachable, timed out, overloaded (429) or broken (5xx): try again later."""
+
+
+class Permanent(RuntimeAPIError):
+    """The runtime refused the request itself (400, 403, 422, ...): retrying will not help."""
+
+
+class Gone(Permanent):
+    """404: the object (or its whole resource type) does not exist."""
+
+
+class Exists(Permanent):
+    """409: the object exists already (create) or changed meanwhile (update)."""
+
+
+@dataclass(frozen=True)
+class ResourceInfo:
+    plural: str
+    namespaced: bool
+
+
+@dataclass
+class CallCounts:
+    reads: int = 0
+    writes: int = 0
+    by_verb: dict[str, int] = field(default_factory=dict)
+
+    def add(self, verb: str) -> None:
+        self.by_verb[verb] = self.by_verb.get(verb, 0) + 1
+        if verb in ("get", "list"):
+            self.reads += 1
+        else:
+            self.writes += 1
+
+
+def _translate(exc: Exception, what: str) -> RuntimeAPIError:
+    if isinstance(exc, ApiException):
+        status = exc.status or 0
+        reason = ""
+        message = exc.reason or ""
+        try:
+            body = json.loads(exc.body or "{}")
+            reason, message = body.get("reason", ""), body.get("message", message)
+        except (TypeError, ValueError):
+            pass
+        text = f"{what}: {status} {message}".strip()
+        if status == 404:
+            return Gone(text, status=status, reason=reason)
+        if status == 409:
+            return Exists(text, status=status, reason=reason)
+        if status == 429 or status >= 500 or status == 0:
+            return Temporary(text, status=status, reason=reason)
+        return Permanent(text, status=status, reason=reason)
+    return Temporary(f"{what}: {type(exc).__name__}: {exc}")
+
+
+class RuntimeClient:
+    """Calls to one runtime, with its own connection pool, discovery cache and call counts."""
+
+    def __init__(self, api_client: k8s.ApiClient) -> None:
+        self.api = api_client
+        self.counts = CallCounts()
+        self._resources: dict[tuple[str, str], ResourceInfo] = {}
+        self._timeout = (settings.RUNTIME_CONNECT_TIMEOUT, settings.RUNTIME_READ_TIMEOUT)
+
+    @classmethod
+    def from_kubeconfig(cls, kubeconfig: str) -> RuntimeClient:
+        docs = load_documents(kubeconfig, source="kubeconfig")
+        configuration = k8s.Configuration()
+        k8s_config.load_kube_config_from_dict(docs[0], client_configuration=configuration)
+        configuration.retries = urllib3.Retry(total=0, connect=1, read=0, redirect=0)
+        return cls(k8s.ApiClient(configuration))
+
+    def close(self) -> None:
+        self.api.close()
+
+    def reset_counts(self) -> None:
+        self.counts = CallCounts()
+
+    # --- plumbing -----------------------------------------------------------------------------
+
+    def _call(
+        self,
+        verb: str,
+        method: str,
+        path: str,
+        *,
+        what: str,
+        query: list | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> Any:
+        self.counts.add(verb)
+        try:
+            response = self.api.call_api(
+                path,
+                method,
+                query_params=query or [],
+                header_params={"Accept": "application/json", "Content-Type": content_type},
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _return_http_data_only=True,
+                _request_timeout=self._timeout,
+            )
+        except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+            raise _translate(exc, what) from exc
+        data = response.data
+        return json.loads(data) if data else {}
+
+    @staticmethod
+    def _prefix(api_version: str) -> str:
+        return f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+
+    def resource(self, api_version: str, kind: str) -> ResourceInfo:
+        """Plural and scope of a kind, from discovery (cached per client)."""
+        key = (api_version, kind)
+        if key not in self._resources:
+            try:
+                listing = self._call("get", "GET", self._prefix(api_version), what=f"discover {api_version}")
+            except Gone as exc:
+                raise Gone(f"the runtime does not serve {kind} in {api_version}", status=404) from exc
+            for item in listing.get("resources", []):
+                if "/" not in item.get("name", ""):
+                    self._resources[(api_version, item["kind"])] = ResourceInfo(
+                        item["name"], item["namespaced"]
+                    )
+            if key not in self._resources:
+                raise Gone(
+                    f"the runtime does not serve {kind} in {api_version}", status=404, reason="NotFound"
+                )
+        return self._resources[key]
+
+    def _path(self, api_version: str, kind: str, namespace: str | None, name: str | None = None) -> str:
+        info = self.resource(api_version, kind)
+        path = self._prefix(api_version)
+        if info.namespaced:
+            path += f"/namespaces/{namespace or 'default'}"
+        path += f"/{info.plural}"
+        return f"{path}/{name}" if name else path
+
+    # --- typed helpers --------------------------------------------------------------------------
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict | None:
+        """The object, or ``None`` when it (or its resource type) does not exist."""
+        try:
+            return self._call(
+                "get",
+                "GET",
+                self._path(api_version, kind, namespace, name),
+                what=f"get {kind} {namespace or ''}/{name}",
+            )
+        except Gone:
+            return None
+
+    def list(
+        self, api_version: str, kind: str, namespace: str | None = None, *, labels: str = ""
+    ) -> list[dict]:
+        query = [("labelSelector", labels)] if labels else []
+        result = self._call(
+            "list", "GET", self._path(api_version, kind, namespace), query=query, what=f"list {kind}"
+        )
+        return result.get("items", [])
+
+    def apply(self, obj: dict, *, force: bool = True) -> dict:
+        """Server-side apply with the control plane's field manager (creates when missing)."""
+        meta = obj["metadata"]
+        query = [("fieldManager", settings.RUNTIME_FIELD_MANAGER), ("force", "true" if force else "false")]
+        path = self._path(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"])
+        return self._call(
+            "apply",
+            "PATCH",
+            path,
+            query=query,
+            body=obj,
+            content_type=APPLY,
+            what=f"apply {obj['kind']} {meta.get('namespace', '')}/{meta['name']}",
+        )
+
+    def create(self, obj: dict) -> dict:
+        meta = obj["metadata"]
+        path = self._path(obj["apiVersion"], obj["kind"], meta.get("namespace"))
+        return self._call(
+            "create",
+            "POST",
+            path,
+            body=obj,
+            what=f"create {obj['kind']} {meta.get('namespace', '')}/{meta['name']}",
+        )
+
+    def patch(
+        self,
+        api_version: str,
+        kind: str,
+        name: str,
+        namespace: str | None,
+        patch: dict,
+        *,
+        field_manager: str,
+    ) -> dict:
+        """A JSON merge patch, as ``kubectl patch --type=merge`` (lists are replaced whole)."""
+        return self._call(
+            "patch",
+            "PATCH",
+            self._path(api_version, kind, namespace, name),
+            query=[("fieldManager", field_manager)],
+            body=patch,
+            content_type=MERGE,
+            what=f"patch {kind} {namespace or ''}/{name}",
+        )
+
+    def patch_status(
+        self, api_version: str, kind: str, name: str, namespace: str | None, status: dict
+    ) -> dict:
+        path = self._path(api_version, kind, namespace, name) + "/status"
+        return self._call(
+            "patch",
+            "PATCH",
+            path,
+            body={"status": status},
+            content_type=MERGE,
+            what=f"update status of {kind} {namespace or ''}/{name}",
+        )
+
+    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> bool:
+        """Delete; False when it was already gone."""
+        try:
+            self._call(
+                "delete",
+                "DELETE",
+                self._path(api_version, kind, namespace, name),
+                body={"propagationPolicy": "Background"},
+                what=f"delete {kind} {namespace or ''}/{name}",
+            )
+        except Gone:
+            return False
+        return True
+
+    def ensure_namespace(self, name: str) -> bool:
+        """Create the namespace when missing; True when it was created."""
+        if self.get("v1", "Namespace", name) is not None:
+            return False
+        try:
+            self.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+        except Exists:
+            return False
+        return True
+
+
+class ClientCache:
+    """One client per Kyma per worker process, dropped when the kubeconfig changes (LRU bound)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._clients: OrderedDict[int, tuple[str, RuntimeClient]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, kyma_id: int, digest: str, kubeconfig: Any) -> RuntimeClient:
+        with self._lock:
+            entry = self._clients.get(kyma_id)
+            if entry is not None and entry[0] == digest:
+                self._clients.move_to_end(kyma_id)
+                return entry[1]
+        client = RuntimeClient.from_kubeconfig(kubeconfig.reveal())
+        with self._lock:
+            old = self._clients.pop(kyma_id, None)
+            self._clients[kyma_id] = (digest, client)
+            evicted = [
+                self._clients.popitem(last=False)[1][1] for _ in range(max(0, len(self._clients) - self.size))
+            ]
+        for stale in ([old[1]] if old else []) + evicted:
+            stale.close()
+        return client
+
+    def drop(self, kyma_ids: Iterable[int]) -> None:
+        with self._lock:
+            gone = [self._clients.pop(kyma_id)[1] for kyma_id in kyma_ids if kyma_id in self._clients]
+        for client in gone:
+            client.close()
+
+    def __len__(self) -> int:
+        return len(self._clients)
+
+
+CLIENTS = ClientCache(size=1000)
+
+
+def client_for(kyma_id: int, kubeconfig: Any) -> RuntimeClient:
+    """The cached client of a Kyma (``kubeconfig`` is a Sealed value; its digest keys the cache)."""
+    CLIENTS.size = settings.RUNTIME_CLIENT_CACHE
+    return CLIENTS.get(kyma_id, kubeconfig.digest(), kubeconfig)

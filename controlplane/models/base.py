@@ -1,0 +1,68 @@
+"""Kubernetes-style object metadata shared by every resource model.
+
+Each resource has a name (and usually a namespace), labels, annotations, a ``uid`` that the API
+uses as its identifier, a ``generation`` that grows when the spec changes, and finalizers with a
+deletion timestamp so deletion is two-step: a deleted object stays (state Deleting) until its
+cleanup is done and the last finalizer is removed, exactly like a Kubernetes finalizer.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import ClassVar
+
+from django.core.validators import RegexValidator
+from django.db import models
+
+from controlplane.resources import schema
+
+dns_label = RegexValidator(schema.DNS_LABEL, schema.PATTERN_RULES[schema.DNS_LABEL])
+dns_subdomain = RegexValidator(schema.DNS_SUBDOMAIN, schema.PATTERN_RULES[schema.DNS_SUBDOMAIN])
+
+
+class ResourceModel(models.Model):
+    """Common metadata of a cluster-scoped resource."""
+
+    uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    name = models.CharField(max_length=253, validators=[dns_subdomain])
+    labels = models.JSONField(
+        default=dict, blank=True, validators=[schema.SchemaValidator(schema.LABELS, "labels")]
+    )
+    annotations = models.JSONField(
+        default=dict, blank=True, validators=[schema.SchemaValidator(schema.ANNOTATIONS, "annotations")]
+    )
+    generation = models.PositiveBigIntegerField(default=1, editable=False)
+    finalizers = models.JSONField(default=list, blank=True, editable=False)
+    deletion_timestamp = models.DateTimeField(null=True, blank=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    # Model fields that make up the spec: a change to any of them bumps ``generation``.
+    SPEC_FIELDS: ClassVar[tuple[str, ...]] = ()
+
+    class Meta:
+        abstract = True
+
+    def __str__(self) -> str:
+        return self.key
+
+    @property
+    def is_deleting(self) -> bool:
+        return self.deletion_timestamp is not None
+
+    def spec_snapshot(self) -> dict:
+        return {field: getattr(self, field) for field in self.SPEC_FIELDS}
+
+    @property
+    def key(self) -> str:
+        namespace = getattr(self, "namespace", "")
+        return f"{namespace}/{self.name}" if namespace else self.name
+
+
+class NamespacedResourceModel(ResourceModel):
+    """Common metadata of a namespaced resource."""
+
+    namespace = models.CharField(max_length=63, validators=[dns_label])
+
+    class Meta:
+        abstract = True

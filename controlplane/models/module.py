@@ -1,0 +1,98 @@
+"""The module catalog: what can be enabled in a Kyma, and who manages it."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from django.core.exceptions import ValidationError
+from django.db import models
+
+from controlplane.resources import schema
+from controlplane.sealing import SealedField
+
+from .base import ResourceModel, dns_label, dns_subdomain
+
+CHANNELS_SCHEMA = {
+    "type": "object",
+    "propertyNames": {"pattern": schema.CHANNEL, "minLength": 3, "maxLength": 32, "not": {"const": "none"}},
+    "additionalProperties": schema.string(min_length=1, max_length=128),
+    "minProperties": 1,
+}
+DEFAULT_CR_SCHEMA = schema.obj(
+    {
+        "metadata": schema.obj(
+            {
+                "name": schema.string(pattern=schema.DNS_SUBDOMAIN),
+                "namespace": schema.string(pattern=schema.DNS_LABEL),
+                "labels": schema.LABELS,
+                "annotations": schema.ANNOTATIONS,
+            }
+        ),
+        "spec": {"type": "object"},
+    }
+)
+
+
+class Module(ResourceModel):
+    """A module offered in channels, its custom resource (CR) in the runtime and its manager.
+
+    The module CR (``group/version/kind``, served as ``plural``) is what the user edits in the
+    runtime; the control plane copies its spec into a ModuleConfig for the manager, which answers
+    with SyncResources. ``manager`` is the Watcher component whose events concern this module.
+    """
+
+    name = models.CharField(max_length=63, unique=True, validators=[dns_label])
+    channels = models.JSONField(
+        default=dict,
+        validators=[schema.SchemaValidator(CHANNELS_SCHEMA, "channels")],
+        help_text='Channel to version, e.g. {"regular": "1.2.0", "fast": "1.3.0"}.',
+    )
+    cr_group = models.CharField("CR group", max_length=253, blank=True, validators=[dns_subdomain])
+    cr_version = models.CharField("CR version", max_length=63, validators=[dns_label])
+    cr_kind = models.CharField("CR kind", max_length=63)
+    cr_plural = models.CharField("CR plural", max_length=63, validators=[dns_label])
+    cr_namespace = models.CharField(
+        "CR namespace", max_length=63, default="kyma-system", validators=[dns_label]
+    )
+    cr_name = models.CharField("CR name", max_length=253, default="default", validators=[dns_subdomain])
+    default_cr = models.JSONField(
+        "default CR",
+        default=dict,
+        blank=True,
+        validators=[schema.SchemaValidator(DEFAULT_CR_SCHEMA, "defaultCR")],
+        help_text="Labels, annotations and spec of the CR created when the policy is CreateAndDelete.",
+    )
+    manager = models.CharField(
+        max_length=63, blank=True, validators=[dns_label], help_text="Component name of the module's manager."
+    )
+    manager_url = models.URLField(
+        "manager URL", blank=True, help_text="Where change notifications are POSTed."
+    )
+    notify_secret = SealedField(help_text="HMAC key for signing notifications; write-only.")
+
+    SPEC_FIELDS: ClassVar[tuple[str, ...]] = (
+        "channels",
+        "cr_group",
+        "cr_version",
+        "cr_kind",
+        "cr_plural",
+        "cr_namespace",
+        "cr_name",
+        "default_cr",
+        "manager",
+        "manager_url",
+    )
+
+    class Meta:
+        ordering = ["name"]
+
+    def clean(self) -> None:
+        if self.cr_kind and not self.cr_kind[:1].isupper():
+            raise ValidationError({"cr_kind": "a kind starts with an upper-case letter (e.g. Keda)"})
+
+    @property
+    def cr_api_version(self) -> str:
+        return f"{self.cr_group}/{self.cr_version}" if self.cr_group else self.cr_version
+
+    def version_for(self, channel: str) -> str | None:
+        return self.channels.get(channel)

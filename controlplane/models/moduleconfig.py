@@ -1,0 +1,72 @@
+"""ModuleConfig: a module's configuration in one runtime, for its manager to read."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from django.db import models, transaction
+
+from controlplane.resources import schema
+
+from .base import NamespacedResourceModel
+
+MODULE_CONFIG_STATUS_SCHEMA = schema.obj(
+    {
+        "state": schema.enum("", "Processing", "Ready", "Warning", "Error", "Deleting"),
+        "message": schema.STRING,
+        "conditions": schema.CONDITIONS,
+        "observedRevision": schema.INTEGER,
+    },
+    additional=True,
+)
+
+
+class RevisionCounter(models.Model):
+    """A named, gap-free sequence. Writers hold its row lock until commit, so revisions become
+    visible in increasing order and a reader of ``since_revision=N`` never misses one."""
+
+    name = models.CharField(max_length=64, primary_key=True)
+    value = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.name}={self.value}"
+
+    @classmethod
+    def next(cls, name: str) -> int:
+        if not transaction.get_connection().in_atomic_block:
+            raise RuntimeError("RevisionCounter.next() must run inside a transaction")
+        cls.objects.get_or_create(name=name)
+        counter = cls.objects.select_for_update().get(name=name)
+        counter.value += 1
+        counter.save(update_fields=["value"])
+        return counter.value
+
+
+class ModuleConfig(NamespacedResourceModel):
+    """The module CR's spec as found in the runtime (one per Kyma and module).
+
+    ``revision`` grows, across all ModuleConfigs, each time the spec or status really changes, so
+    a module manager catches up with ``GET /api/v1/moduleconfigs/?since_revision=N``.
+    """
+
+    kyma = models.ForeignKey("controlplane.Kyma", on_delete=models.CASCADE, related_name="module_configs")
+    module = models.ForeignKey("controlplane.Module", on_delete=models.CASCADE, related_name="configs")
+    spec = models.JSONField(default=dict, blank=True)
+    source_generation = models.BigIntegerField(default=0)
+    source_resource_version = models.CharField(max_length=64, blank=True)
+    status = models.JSONField(
+        default=dict,
+        blank=True,
+        validators=[schema.SchemaValidator(MODULE_CONFIG_STATUS_SCHEMA, "status")],
+    )
+    revision = models.BigIntegerField(default=0, db_index=True, editable=False)
+
+    SPEC_FIELDS: ClassVar[tuple[str, ...]] = ("spec",)
+    REVISION_SEQUENCE = "moduleconfig"
+
+    class Meta:
+        verbose_name = "module config"
+        constraints = [
+            models.UniqueConstraint(fields=["kyma", "module"], name="moduleconfig_unique_kyma_module")
+        ]
+        ordering = ["revision"]

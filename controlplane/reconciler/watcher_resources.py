@@ -1,0 +1,81 @@
+"""The runtime watcher in a runtime: its certificate, Secret, Service, Deployment and webhooks.
+
+Each object carries a content hash; an object is applied only when the runtime's copy is missing
+or carries another hash, so a reconcile that finds everything in place writes nothing. The
+Deployment's readiness decides the ``SKRWebhook`` condition: a crash-looping or unpullable watcher
+is an Error (upstream once reported it Ready).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pki import services as pki
+from watchers.models import Watcher
+from watchers.rendering import HASH_ANNOTATION, NAME, NAMESPACE, runtime_watcher_resources
+
+from .context import FALSE, TRUE, ReconcileContext
+
+FAILING_REASONS = ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError")
+
+
+def active_watchers() -> list[Watcher]:
+    return list(Watcher.objects.filter(deletion_timestamp__isnull=True).order_by("namespace", "name"))
+
+
+def _apply_if_changed(ctx: ReconcileContext, doc: dict[str, Any]) -> dict[str, Any] | None:
+    """The runtime's object when it was already as wanted; ``None`` when it was (re)applied."""
+    meta = doc["metadata"]
+    live = ctx.client.get(doc["apiVersion"], doc["kind"], meta["name"], meta.get("namespace"))
+    wanted = meta["annotations"][HASH_ANNOTATION]
+    if live is None or (live.get("metadata", {}).get("annotations") or {}).get(HASH_ANNOTATION) != wanted:
+        ctx.client.apply(doc)
+        return None
+    return live
+
+
+def sync(ctx: ReconcileContext, watchers: list[Watcher]) -> None:
+    """Apply what changed and report readiness; a certificate problem is an Error."""
+    try:
+        certificate = pki.certificate_for_kyma(kyma=ctx.kyma, now=ctx.now)
+    except pki.PKIError as exc:
+        ctx.condition("SKRWebhook", FALSE, "CertificateError", exc.message)
+        ctx.fatal = exc.message
+        return
+    tls = pki.runtime_secret_data(certificate, now=ctx.now)
+    deployment = None
+    for doc in runtime_watcher_resources(watchers=watchers, tls=tls):
+        live = _apply_if_changed(ctx, doc)
+        if doc["kind"] == "Deployment":
+            deployment = live
+    ctx.kyma.applied_watchers = sorted(str(w.uid) for w in watchers)
+    if deployment is None:  # just applied: its status is only known after the apply settled
+        deployment = ctx.client.get("apps/v1", "Deployment", NAME, NAMESPACE)
+    readiness(ctx, deployment)
+
+
+def readiness(ctx: ReconcileContext, deployment: dict[str, Any] | None) -> None:
+    status = (deployment or {}).get("status") or {}
+    generation = (deployment or {}).get("metadata", {}).get("generation", 0)
+    if status.get("readyReplicas", 0) >= 1 and status.get("observedGeneration", generation) >= generation:
+        ctx.condition("SKRWebhook", TRUE, "Ready", "the runtime watcher is ready")
+        return
+    for pod in ctx.client.list("v1", "Pod", NAMESPACE, labels=f"app={NAME}"):
+        for container in (pod.get("status") or {}).get("containerStatuses") or []:
+            waiting = (container.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") in FAILING_REASONS:
+                detail = f"{waiting['reason']}: {waiting.get('message', '')}".rstrip(": ")
+                message = f"the runtime watcher cannot run: {detail}"
+                ctx.condition("SKRWebhook", FALSE, "WatcherFailing", message)
+                ctx.fatal = message
+                return
+    ctx.condition("SKRWebhook", FALSE, "WatcherNotReady", "waiting for the runtime watcher to become ready")
+
+
+def remove(ctx: ReconcileContext) -> None:
+    """Take the runtime watcher out of the runtime (webhooks first, so nothing calls a dead server)."""
+    client = ctx.client
+    client.delete("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration", NAME)
+    client.delete("apps/v1", "Deployment", NAME, NAMESPACE)
+    client.delete("v1", "Service", NAME, NAMESPACE)
+    client.delete("v1", "Secret", "skr-webhook-tls", NAMESPACE)

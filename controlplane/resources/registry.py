@@ -1,0 +1,290 @@
+"""Kinds of Kubernetes-shaped documents, and applying many of them at once.
+
+A :class:`ResourceKind` knows one ``apiVersion``/``kind``: its JSON Schema, how a document maps
+onto the services that write the model, and how a model instance renders back as a document.
+``manage.py apply``/``get`` and the REST API all go through here, so a document means the same
+everywhere and errors name the document path (``spec.modules[1].name``) that is wrong.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from django.db import models, transaction
+
+from controlplane.errors import ApplicationError, ValidationFailed, summarize
+
+from . import schema
+
+METADATA_PATHS = {
+    "name": "metadata.name",
+    "namespace": "metadata.namespace",
+    "labels": "metadata.labels",
+    "annotations": "metadata.annotations",
+    "": "",
+}
+
+
+class ResourceKind:
+    """One document kind. Subclasses set the class attributes and implement the three hooks."""
+
+    api_version: ClassVar[str]
+    kind: ClassVar[str]
+    plural: ClassVar[str]
+    aliases: ClassVar[tuple[str, ...]] = ()
+    namespaced: ClassVar[bool] = True
+    default_namespace: ClassVar[str] = "default"
+    model: ClassVar[type[models.Model]]
+    field_paths: ClassVar[dict[str, str]] = {}
+    # Lower applies first within one multi-document apply (catalog before users of it).
+    apply_order: ClassVar[int] = 50
+    appliable: ClassVar[bool] = True
+    listable: ClassVar[bool] = True
+    read_only_reason: ClassVar[str] = ""
+
+    # --- hooks ---------------------------------------------------------------------------------
+
+    def spec_schema(self) -> dict:
+        raise NotImplementedError
+
+    def _apply(self, doc: dict[str, Any]) -> tuple[models.Model, bool]:
+        """Create or update from a schema-valid document. Returns (object, created)."""
+        raise NotImplementedError
+
+    def to_document(self, obj: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
+    # --- shared behaviour ----------------------------------------------------------------------
+
+    @functools.cached_property
+    def schema(self) -> dict:
+        return schema.document(
+            api_version=self.api_version, kind=self.kind, spec=self.spec_schema(), namespaced=self.namespaced
+        )
+
+    @property
+    def paths(self) -> dict[str, str]:
+        return {**METADATA_PATHS, **self.field_paths}
+
+    def validate(self, doc: Any) -> None:
+        problems = schema.schema_errors(self.schema, doc)
+        if problems:
+            raise ValidationFailed(summarize(problems), errors=problems)
+
+    def apply(self, doc: Any) -> ApplyResult:
+        if not self.appliable:
+            raise ApplicationError(self.read_only_reason or f"{self.kind} cannot be applied")
+        self.validate(doc)
+        before = self.existing_document(doc)
+        try:
+            obj, created = self._apply(doc)
+        except ValidationFailed as exc:
+            raise exc.remap(self.paths) from exc
+        after = self.to_document(obj)
+        if created:
+            outcome = "created"
+        elif before is not None and _comparable(before) == _comparable(after):
+            outcome = "unchanged"
+        else:
+            outcome = "configured"
+        return ApplyResult(kind=self, obj=obj, outcome=outcome)
+
+    def identity(self, doc: dict[str, Any]) -> tuple[str, str]:
+        metadata = doc["metadata"]
+        namespace = (metadata.get("namespace") or self.default_namespace) if self.namespaced else ""
+        return namespace, metadata["name"]
+
+    def queryset(self) -> models.QuerySet:
+        return self.model.objects.all()
+
+    def select(self, namespace: str | None = None, name: str | None = None) -> models.QuerySet:
+        queryset = self.queryset()
+        if namespace and self.namespaced:
+            queryset = queryset.filter(namespace=namespace)
+        if name:
+            queryset = queryset.filter(name=name)
+        return queryset
+
+    def existing_document(self, doc: dict[str, Any]) -> dict[str, Any] | None:
+        namespace, name = self.identity(doc)
+        obj = self.select(namespace, name).first()
+        return self.to_document(obj) if obj is not None else None
+
+    def metadata(self, obj: Any, **extra: Any) -> dict[str, Any]:
+        """Kubernetes-style metadata of a stored object (server fields included)."""
+        meta: dict[str, Any] = {"name": obj.name}
+        if self.namespaced:
+            meta["namespace"] = obj.namespace
+        meta["uid"] = str(obj.uid)
+        meta["generation"] = obj.generation
+        meta["creationTimestamp"] = _timestamp(obj.created_at)
+        if obj.deletion_timestamp:
+            meta["deletionTimestamp"] = _timestamp(obj.deletion_timestamp)
+        if obj.finalizers:
+            meta["finalizers"] = list(obj.finalizers)
+        labels = {**obj.labels, **extra.pop("labels", {})}
+        annotations = {**obj.annotations, **extra.pop("annotations", {})}
+        if labels:
+            meta["labels"] = labels
+        if annotations:
+            meta["annotations"] = annotations
+        meta.update(extra)
+        return meta
+
+    def header(self) -> dict[str, str]:
+        return {"apiVersion": self.api_version, "kind": self.kind}
+
+    def columns(self) -> list[tuple[str, Callable[[Any], object]]]:
+        """Columns of ``manage.py get`` tables (kubectl-like); kinds add their own in the middle."""
+        first = [("NAMESPACE", lambda o: o.namespace)] if self.namespaced else []
+        return [
+            *first,
+            ("NAME", lambda o: o.name),
+            *self.extra_columns(),
+            ("AGE", lambda o: _age(o.created_at)),
+        ]
+
+    def extra_columns(self) -> list[tuple[str, Callable[[Any], object]]]:
+        return []
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    kind: ResourceKind
+    obj: Any
+    outcome: str  # created | configured | unchanged
+
+    def describe(self) -> str:
+        group = self.kind.api_version.rpartition("/")[0]
+        qualified = f"{self.kind.kind.lower()}.{group}" if group else self.kind.kind.lower()
+        return f"{qualified}/{self.obj.name} {self.outcome}"
+
+
+def _age(value: Any) -> str:
+    from django.utils import timezone
+
+    seconds = int((timezone.now() - value).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _timestamp(value: Any) -> str | None:
+    return value.strftime("%Y-%m-%dT%H:%M:%SZ") if value else None
+
+
+def _comparable(doc: dict[str, Any]) -> dict[str, Any]:
+    keep = {k: v for k, v in doc.items() if k != "status"}
+    keep["metadata"] = {k: v for k, v in doc.get("metadata", {}).items() if k not in ("generation",)}
+    return keep
+
+
+_KINDS: dict[tuple[str, str], ResourceKind] = {}
+
+
+def register(cls: type[ResourceKind]) -> type[ResourceKind]:
+    _KINDS[(cls.api_version, cls.kind)] = cls()
+    return cls
+
+
+def kinds() -> list[ResourceKind]:
+    return list(_KINDS.values())
+
+
+def for_document(doc: Any) -> ResourceKind:
+    if not isinstance(doc, dict):
+        raise ValidationFailed("a document must be an object", errors=[("", "a document must be an object")])
+    api_version, kind = doc.get("apiVersion"), doc.get("kind")
+    found = _KINDS.get((api_version, kind))
+    if found is None:
+        known = ", ".join(f"{k.api_version} {k.kind}" for k in _KINDS.values() if k.appliable)
+        reason = f"unsupported apiVersion/kind {api_version!r}/{kind!r}; supported: {known}"
+        raise ValidationFailed(reason, errors=[("kind", reason)])
+    return found
+
+
+def for_name(name: str) -> ResourceKind:
+    """Find a listable kind by plural, kind or alias, case-insensitively (kubectl habits)."""
+    wanted = name.lower()
+    for kind in _KINDS.values():
+        names = {kind.plural, kind.kind.lower(), *kind.aliases}
+        if kind.listable and wanted in names:
+            return kind
+    known = ", ".join(sorted(k.plural for k in _KINDS.values() if k.listable))
+    raise ApplicationError(f"unknown resource type {name!r}; use one of: {known}")
+
+
+class DocumentsInvalid(ApplicationError):
+    """Some documents of a multi-document apply failed; nothing was applied.
+
+    ``errors`` name fields as ``documents[N].<path>`` (N counts from 0); ``failures`` keeps the
+    per-document grouping for readable command-line output.
+    """
+
+    def __init__(self, failures: list[tuple[int, str, ApplicationError]]) -> None:
+        errors = []
+        for number, _, exc in failures:
+            pairs = exc.errors or [("", exc.message)]
+            errors.extend(
+                (f"documents[{number}]{'.' + path if path else ''}", reason) for path, reason in pairs
+            )
+        total = len(failures)
+        super().__init__(
+            f"{total} document{'s' if total > 1 else ''} failed; nothing was applied: {summarize(errors)}",
+            errors=errors,
+        )
+        self.failures = failures
+
+    def lines(self) -> list[str]:
+        out = []
+        for number, label, exc in self.failures:
+            out.append(f"document {number + 1} ({label}):")
+            out.extend(
+                f"  {path}: {reason}" if path else f"  {reason}"
+                for path, reason in exc.errors or [("", exc.message)]
+            )
+        return out
+
+
+def _label(doc: Any) -> str:
+    if not isinstance(doc, dict):
+        return "document"
+    metadata = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    name = metadata.get("name", "?")
+    namespace = metadata.get("namespace")
+    return f"{doc.get('kind', '?')} {namespace + '/' if namespace else ''}{name}"
+
+
+def apply_documents(docs: Iterable[Any]) -> list[ApplyResult]:
+    """Apply every document or none: all are checked first, then applied in one transaction."""
+    docs = list(docs)
+    failures: list[tuple[int, str, ApplicationError]] = []
+    planned: list[tuple[int, ResourceKind, dict]] = []
+    for number, doc in enumerate(docs):
+        try:
+            kind = for_document(doc)
+            if not kind.appliable:
+                raise ApplicationError(kind.read_only_reason or f"{kind.kind} cannot be applied")
+            kind.validate(doc)
+            planned.append((number, kind, doc))
+        except ApplicationError as exc:
+            failures.append((number, _label(doc), exc))
+    if failures:
+        raise DocumentsInvalid(failures)
+    planned.sort(key=lambda item: (item[1].apply_order, item[0]))
+    results: dict[int, ApplyResult] = {}
+    with transaction.atomic():
+        for number, kind, doc in planned:
+            try:
+                results[number] = kind.apply(doc)
+            except ApplicationError as exc:
+                failures.append((number, _label(doc), exc))
+        if failures:
+            transaction.set_rollback(True)
+    if failures:
+        raise DocumentsInvalid(failures)
+    return [results[number] for number in sorted(results)]

@@ -1,0 +1,1 @@
+"""Writes of the core domain (HackSoft style): keyword-only, validated, transactional."""

@@ -1,0 +1,429 @@
+"""Settings, read from the environment in this one place (12-factor).
+
+Defaults need no setup: SQLite and Celery's filesystem broker under a local state directory,
+and - in debug mode only - a secret key and an encryption key generated into that directory on
+first use. With ``DJANGO_DEBUG`` off the process refuses to start without a real secret key and
+encryption keys. Every variable read here is listed in the README's configuration table.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+
+import environ
+from cryptography.fernet import Fernet
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+
+DEBUG: bool = env.bool("DJANGO_DEBUG", default=True)
+STATE_DIR = Path(env.str("CONTROLPLANE_STATE_DIR", default=str(BASE_DIR / ".state"))).resolve()
+ROLE: str = env.str("CONTROLPLANE_ROLE", default="web")
+
+
+def _state_secret(filename: str, make: Callable[[], str]) -> str:
+    """Read a development secret from the state directory, creating it on first use."""
+    path = STATE_DIR / filename
+    if not path.exists():
+        STATE_DIR.mkdir(parents=True, exist_ok=True)
+        path.write_text(make())
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+# --- Core Django -----------------------------------------------------------------------------
+
+SECRET_KEY: str = env.str("DJANGO_SECRET_KEY", default="")
+ENCRYPTION_KEYS: list[str] = env.list("CONTROLPLANE_ENCRYPTION_KEYS", default=[])
+if DEBUG:
+    SECRET_KEY = SECRET_KEY or _state_secret("secret-key", lambda: secrets.token_urlsafe(50))
+    ENCRYPTION_KEYS = ENCRYPTION_KEYS or [
+        _state_secret("encryption-key", lambda: Fernet.generate_key().decode())
+    ]
+else:
+    if len(SECRET_KEY) < 50 or SECRET_KEY.startswith("django-insecure"):
+        raise ImproperlyConfigured(
+            "DJANGO_SECRET_KEY must be set to a random value of at least 50 characters "
+            "when DJANGO_DEBUG is off"
+        )
+    if not ENCRYPTION_KEYS:
+        raise ImproperlyConfigured(
+            "CONTROLPLANE_ENCRYPTION_KEYS must list at least one Fernet key when DJANGO_DEBUG is off "
+            '(generate one with: python -c "from cryptography.fernet import Fernet; '
+            'print(Fernet.generate_key().decode())")'
+        )
+for _key in ENCRYPTION_KEYS:
+    try:
+        Fernet(_key)
+    except ValueError as exc:
+        raise ImproperlyConfigured(
+            f"CONTROLPLANE_ENCRYPTION_KEYS holds an invalid Fernet key: {exc}"
+        ) from exc
+
+ALLOWED_HOSTS: list[str] = env.list(
+    "DJANGO_ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"] if DEBUG else []
+)
+if not DEBUG and not ALLOWED_HOSTS:
+    raise ImproperlyConfigured("DJANGO_ALLOWED_HOSTS must be set when DJANGO_DEBUG is off")
+CSRF_TRUSTED_ORIGINS: list[str] = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_celery_beat",
+    "controlplane",
+    "watchers",
+    "pki",
+    "listener",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "controlplane.urls"
+WSGI_APPLICATION = "controlplane.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": env.db_url("DATABASE_URL", default=f"sqlite:///{STATE_DIR / 'controlplane.sqlite3'}"),
+}
+DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Several processes (web, listener, worker, beat) share the file: wait for locks instead of
+    # failing, and use WAL so readers never block the writer.
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 30,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+    DATABASES["default"]["TEST"] = {"NAME": str(STATE_DIR / "test-controlplane.sqlite3")}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = STATE_DIR / "static"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if DEBUG
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    },
+}
+WHITENOISE_USE_FINDERS = DEBUG
+
+# --- Security (production) -------------------------------------------------------------------
+
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_SSL_REDIRECT: bool = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=not DEBUG)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+SECURE_HSTS_SECONDS: int = env.int("DJANGO_HSTS_SECONDS", default=0 if DEBUG else 31536000)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = not DEBUG
+SECURE_HSTS_PRELOAD: bool = env.bool("DJANGO_HSTS_PRELOAD", default=not DEBUG)
+SESSION_COOKIE_SECURE = not DEBUG
+CSRF_COOKIE_SECURE = not DEBUG
+X_FRAME_OPTIONS = "DENY"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+    "loggers": {"django.db.backends": {"level": "INFO"}},
+}
+
+# --- REST API --------------------------------------------------------------------------------
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["controlplane.api.permissions.StaffModelPermissions"],
+    "DEFAULT_PARSER_CLASSES": [
+        "rest_framework.parsers.JSONParser",
+        "controlplane.api.yaml.YAMLParser",
+    ],
+    "DEFAULT_RENDERER_CLASSES": [
+        "rest_framework.renderers.JSONRenderer",
+        "controlplane.api.yaml.YAMLRenderer",
+        "rest_framework.renderers.BrowsableAPIRenderer",
+    ],
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_PAGINATION_CLASS": "controlplane.api.pagination.Pagination",
+    "PAGE_SIZE": 100,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "controlplane.api.errors.exception_handler",
+    "UNAUTHENTICATED_USER": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Kyma fleet control plane API",
+    "DESCRIPTION": "Kymas, Watchers, Modules, ModuleConfigs and SyncResources in the upstream CR shapes.",
+    "VERSION": "v1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+    "OAS_VERSION": "3.1.0",
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+# --- Celery ----------------------------------------------------------------------------------
+
+CELERY_BROKER_URL: str = env.str("CELERY_BROKER_URL", default="filesystem://localhost/")
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    _queue_dir = STATE_DIR / "broker"
+    for _sub in ("queue", "processed", "control"):
+        (_queue_dir / _sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_queue_dir / "queue"),
+        "data_folder_out": str(_queue_dir / "queue"),
+        "processed_folder": str(_queue_dir / "processed"),
+        "control_folder": str(_queue_dir / "control"),
+        "store_processed": False,
+        # The folder is polled; 0.1 s keeps event-to-reconcile latency low at negligible cost.
+        "polling_interval": env.float("CELERY_FILESYSTEM_POLLING_INTERVAL", default=0.1),
+    }
+else:
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=600)
+    }
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# With a broker that has no event loop (the filesystem one) ETA tasks wait on a timer thread that
+# sleeps up to this long between checks; Celery's 1 s default would add up to a second to every
+# event-triggered reconcile (they carry LISTENER_RECONCILE_DELAY as countdown).
+CELERY_WORKER_TIMER_PRECISION: float = env.float("CELERY_WORKER_TIMER_PRECISION", default=0.05)
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TIMEZONE = "UTC"
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_TASK_DEFAULT_QUEUE = "controlplane"
+# Publishing must fail fast (the listener answers 503) instead of hanging on a dead broker.
+CELERY_BROKER_CONNECTION_TIMEOUT: float = env.float("CELERY_BROKER_CONNECTION_TIMEOUT", default=2.0)
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2}
+
+# --- Control plane ---------------------------------------------------------------------------
+
+WEB_BIND: str = env.str("WEB_BIND", default="127.0.0.1:8000")
+WEB_WORKERS: int = env.int("WEB_WORKERS", default=2)
+PUBLIC_URL: str = env.str("CONTROLPLANE_PUBLIC_URL", default=f"http://{WEB_BIND}")
+
+# --- Reconcile scheduling ----------------------------------------------------------------------
+
+# A queued-flag older than this is considered lost (its task vanished) and is claimed again.
+RECONCILE_QUEUED_TTL: int = env.int("RECONCILE_QUEUED_TTL", default=120)
+# How long one reconcile may hold a Kyma before another worker may take over.
+RECONCILE_LEASE_SECONDS: int = env.int("RECONCILE_LEASE_SECONDS", default=60)
+# Worker processes ``manage.py up`` (make run) starts.
+DEV_WORKER_CONCURRENCY: int = env.int("DEV_WORKER_CONCURRENCY", default=2)
+
+# --- PKI -------------------------------------------------------------------------------------
+
+PKI_CA_KEY_TYPE: str = env.str("PKI_CA_KEY_TYPE", default="ecdsa-p256")
+PKI_CA_VALIDITY_DAYS: int = env.int("PKI_CA_VALIDITY_DAYS", default=90)
+PKI_CA_COMMON_NAME: str = env.str("PKI_CA_COMMON_NAME", default="Kyma fleet control plane CA")
+PKI_CA_ORGANIZATION: str = env.str("PKI_CA_ORGANIZATION", default="")
+PKI_CA_ORGANIZATIONAL_UNIT: str = env.str("PKI_CA_ORGANIZATIONAL_UNIT", default="")
+PKI_CA_COUNTRY: str = env.str("PKI_CA_COUNTRY", default="")
+PKI_CA_LOCALITY: str = env.str("PKI_CA_LOCALITY", default="")
+# Rotate the issuing CA this long before it expires; runtimes then have the grace period to
+# receive the new bundle before the listener presents a certificate from the new CA.
+PKI_CA_ROTATE_BEFORE_DAYS: int = env.int("PKI_CA_ROTATE_BEFORE_DAYS", default=34)
+PKI_CA_GRACE_DAYS: float = env.float("PKI_CA_GRACE_DAYS", default=4)
+PKI_CERT_KEY_TYPE: str = env.str("PKI_CERT_KEY_TYPE", default="ecdsa-p256")
+PKI_CERT_VALIDITY_DAYS: int = env.int("PKI_CERT_VALIDITY_DAYS", default=60)
+PKI_CERT_RENEW_BEFORE_DAYS: int = env.int("PKI_CERT_RENEW_BEFORE_DAYS", default=30)
+PKI_EXTRA_DNS_NAMES: list[str] = env.list("PKI_EXTRA_DNS_NAMES", default=[])
+PKI_RENEW_BATCH: int = env.int("PKI_RENEW_BATCH", default=500)
+PKI_MAINTAIN_INTERVAL: int = env.int("PKI_MAINTAIN_INTERVAL", default=300)
+LISTENER_HOSTNAMES: list[str] = env.list("LISTENER_HOSTNAMES", default=["localhost", "127.0.0.1"])
+
+_KEY_TYPES = ("ecdsa-p256", "rsa-2048", "rsa-3072", "rsa-4096")
+for _name, _value in (("PKI_CA_KEY_TYPE", PKI_CA_KEY_TYPE), ("PKI_CERT_KEY_TYPE", PKI_CERT_KEY_TYPE)):
+    if _value not in _KEY_TYPES:
+        raise ImproperlyConfigured(f"{_name} must be one of {', '.join(_KEY_TYPES)}, got {_value!r}")
+if not 0 < PKI_CERT_RENEW_BEFORE_DAYS < PKI_CERT_VALIDITY_DAYS:
+    raise ImproperlyConfigured("PKI_CERT_RENEW_BEFORE_DAYS must be positive and below PKI_CERT_VALIDITY_DAYS")
+if not 0 <= PKI_CA_GRACE_DAYS < PKI_CA_ROTATE_BEFORE_DAYS < PKI_CA_VALIDITY_DAYS:
+    raise ImproperlyConfigured(
+        "PKI_CA_GRACE_DAYS < PKI_CA_ROTATE_BEFORE_DAYS < PKI_CA_VALIDITY_DAYS must hold "
+        "(the grace period runs inside the rotation window, which runs inside the CA's life)"
+    )
+if not LISTENER_HOSTNAMES:
+    raise ImproperlyConfigured("LISTENER_HOSTNAMES must name at least one host for the listener certificate")
+
+# --- Periodic work (installed into django-celery-beat's tables when beat starts) ---------------
+
+CELERY_BEAT_SCHEDULE = {
+    "housekeeping": {"task": "controlplane.housekeeping", "schedule": 300.0, "options": {"expires": 300.0}},
+    "pki-maintain": {
+        "task": "pki.maintain",
+        "schedule": float(PKI_MAINTAIN_INTERVAL),
+        # A run that waited longer than its interval is dropped: the next one does the same work.
+        "options": {"expires": float(PKI_MAINTAIN_INTERVAL)},
+    },
+}
+
+# --- Listener (WatchEvents from runtime watchers) -----------------------------------------------
+
+LISTENER_BIND: str = env.str("LISTENER_BIND", default="127.0.0.1:8443")
+LISTENER_MODE: str = env.str("LISTENER_MODE", default="direct")
+if LISTENER_MODE not in ("direct", "proxy"):
+    raise ImproperlyConfigured(f"LISTENER_MODE must be 'direct' or 'proxy', got {LISTENER_MODE!r}")
+LISTENER_TRUSTED_PROXIES: list[str] = env.list("LISTENER_TRUSTED_PROXIES", default=[])
+LISTENER_SAN_PINNING: bool = env.bool("LISTENER_SAN_PINNING", default=True)
+LISTENER_WORKERS: int = env.int("LISTENER_WORKERS", default=2)
+LISTENER_THREADS: int = env.int("LISTENER_THREADS", default=8)
+LISTENER_METRICS_BIND: str = env.str("LISTENER_METRICS_BIND", default="127.0.0.1:9102")
+# The component whose events reconcile the Kyma itself (upstream: lifecycle-manager).
+LISTENER_RECONCILE_COMPONENT: str = env.str("LISTENER_RECONCILE_COMPONENT", default="lifecycle-manager")
+# A validating webhook fires before the API server stores the change: wait this long before the
+# reconcile an event triggers, so it reads the change (and bursts coalesce meanwhile).
+LISTENER_RECONCILE_DELAY: float = env.float("LISTENER_RECONCILE_DELAY", default=0.1)
+# How far other hosts' clocks may run ahead of a listener's (used to skip redundant queue checks).
+LISTENER_CLOCK_SKEW: float = env.float("LISTENER_CLOCK_SKEW", default=0.025)
+# The least time between an event and the moment its reconcile reads the runtime (the API server
+# stores the change after the webhook answered); events just before a queued reconcile is due
+# make it wait that long.
+LISTENER_EVENT_MARGIN: float = env.float("LISTENER_EVENT_MARGIN", default=0.05)
+if LISTENER_EVENT_MARGIN < 0 or (
+    LISTENER_EVENT_MARGIN > 0 and LISTENER_EVENT_MARGIN + LISTENER_CLOCK_SKEW > LISTENER_RECONCILE_DELAY
+):
+    raise ImproperlyConfigured(
+        f"LISTENER_EVENT_MARGIN ({LISTENER_EVENT_MARGIN}) plus LISTENER_CLOCK_SKEW ({LISTENER_CLOCK_SKEW}) "
+        f"must not exceed LISTENER_RECONCILE_DELAY ({LISTENER_RECONCILE_DELAY}): the reconcile an event "
+        "queues waits that delay (set LISTENER_EVENT_MARGIN=0 to turn the margin off)"
+    )
+LISTENER_EVENTS_KEPT: int = env.int("LISTENER_EVENTS_KEPT", default=100)
+LISTENER_CACHE_SECONDS: float = env.float("LISTENER_CACHE_SECONDS", default=2.0)
+LISTENER_TLS_REFRESH: float = env.float("LISTENER_TLS_REFRESH", default=30.0)
+LISTENER_FORWARD_URL: str = env.str(
+    "LISTENER_FORWARD_URL", default="http://{name}.{namespace}.svc.cluster.local:{port}"
+)
+LISTENER_FORWARD_TIMEOUT: float = env.float("LISTENER_FORWARD_TIMEOUT", default=5.0)
+# The listener's Service inside the control-plane cluster (the Istio VirtualServices route to it).
+LISTENER_SERVICE_NAME: str = env.str("LISTENER_SERVICE_NAME", default="controlplane-listener")
+LISTENER_SERVICE_NAMESPACE: str = env.str("LISTENER_SERVICE_NAMESPACE", default="kcp-system")
+
+if ROLE == "listener":
+    # A health-check query before every request would double the listener's database round trips;
+    # a broken connection instead fails one request with 503 (the watcher retries) and is replaced.
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = False
+RECONCILE_RECORDS_KEPT: int = env.int("RECONCILE_RECORDS_KEPT", default=50)
+# Where "a reconcile is queued" marks live: Redis (cheap for every WatchEvent) when the broker is
+# Redis, else the database. Set a redis:// URL to use another Redis, or "database".
+_flags_url = env.str("RECONCILE_FLAGS_URL", default="auto")
+RECONCILE_FLAGS_URL: str = (
+    (CELERY_BROKER_URL if CELERY_BROKER_URL.startswith(("redis://", "rediss://")) else "")
+    if _flags_url == "auto"
+    else ("" if _flags_url == "database" else _flags_url)
+)
+RECONCILE_FLAGS_PREFIX: str = env.str("RECONCILE_FLAGS_PREFIX", default="controlplane")
+
+# --- Runtime watcher (what the control plane deploys into each runtime) ----------------------------
+
+WATCHER_IMAGE: str = env.str("WATCHER_IMAGE", default="ghcr.io/kyma-fleet/runtime-watcher:0.1.0")
+# The listener address as runtimes reach it (host:port); its host must be in LISTENER_HOSTNAMES.
+WATCHER_KCP_ADDR: str = env.str("WATCHER_KCP_ADDR", default=f"localhost:{LISTENER_BIND.rpartition(':')[2]}")
+WATCHER_HEARTBEAT_INTERVAL: int = env.int("WATCHER_HEARTBEAT_INTERVAL", default=30)
+WATCHER_CPU_LIMIT: str = env.str("WATCHER_CPU_LIMIT", default="100m")
+WATCHER_MEMORY_LIMIT: str = env.str("WATCHER_MEMORY_LIMIT", default="128Mi")
+# A runtime watcher without a heartbeat for this long is "silent" (0 turns the detection off).
+WATCHER_SILENT_AFTER: int = env.int("WATCHER_SILENT_AFTER", default=120)
+# How often beat looks for Ready Kymas whose watcher fell silent (they are reconciled at once).
+WATCHER_SILENT_CHECK_INTERVAL: float = env.float("WATCHER_SILENT_CHECK_INTERVAL", default=30)
+if WATCHER_SILENT_AFTER < 0:
+    raise ImproperlyConfigured("WATCHER_SILENT_AFTER must be 0 (off) or a number of seconds")
+
+# --- Reconciles of runtimes ----------------------------------------------------------------------
+
+RUNTIME_CONNECT_TIMEOUT: float = env.float("RUNTIME_CONNECT_TIMEOUT", default=3.0)
+RUNTIME_READ_TIMEOUT: float = env.float("RUNTIME_READ_TIMEOUT", default=15.0)
+RUNTIME_FIELD_MANAGER: str = env.str("RUNTIME_FIELD_MANAGER", default="kyma-control-plane")
+RUNTIME_CLIENT_CACHE: int = env.int("RUNTIME_CLIENT_CACHE", default=1000)
+# Requeue intervals by state (seconds); Error backs off from the first to the second value.
+RECONCILE_READY_INTERVAL: float = env.float("RECONCILE_READY_INTERVAL", default=300)
+RECONCILE_PROCESSING_INTERVAL: float = env.float("RECONCILE_PROCESSING_INTERVAL", default=5)
+RECONCILE_WARNING_INTERVAL: float = env.float("RECONCILE_WARNING_INTERVAL", default=30)
+RECONCILE_ERROR_BACKOFF: list[float] = [
+    float(v) for v in env.list("RECONCILE_ERROR_BACKOFF", default=["5", "30"])
+]
+# A Kyma is reconciled at most once per this many seconds: a runtime that keeps changing cannot
+# crowd the rest of the fleet out of the workers (its events coalesce into the deferred reconcile).
+RECONCILE_MIN_SPACING: float = env.float("RECONCILE_MIN_SPACING", default=1.0)
+RECONCILE_SWEEP_INTERVAL: float = env.float("RECONCILE_SWEEP_INTERVAL", default=2)
+RECONCILE_SWEEP_LIMIT: int = env.int("RECONCILE_SWEEP_LIMIT", default=5000)
+MODULE_NOTIFY_TIMEOUT: float = env.float("MODULE_NOTIFY_TIMEOUT", default=5)
+if len(RECONCILE_ERROR_BACKOFF) != 2 or not 0 < RECONCILE_ERROR_BACKOFF[0] <= RECONCILE_ERROR_BACKOFF[1]:
+    raise ImproperlyConfigured("RECONCILE_ERROR_BACKOFF must be two numbers FIRST,MAX with 0 < FIRST <= MAX")
+
+CELERY_BEAT_SCHEDULE["reconcile-due"] = {
+    "task": "controlplane.reconcile_due",
+    "schedule": RECONCILE_SWEEP_INTERVAL,
+    "options": {"expires": RECONCILE_SWEEP_INTERVAL},
+}
+CELERY_BEAT_SCHEDULE["watchers-silent"] = {
+    "task": "controlplane.watcher_silence_check",
+    "schedule": WATCHER_SILENT_CHECK_INTERVAL,
+    "options": {"expires": WATCHER_SILENT_CHECK_INTERVAL},
+}
+CELERY_BEAT_SCHEDULE["watchers-finalize"] = {
+    "task": "watchers.finalize",
+    "schedule": 30.0,
+    "options": {"expires": 30.0},
+}

@@ -1,0 +1,31 @@
+"""gunicorn configuration of the web role (admin, REST API, health, metrics).
+
+Started by ``python manage.py serve web``, which sets the bind address and the Prometheus
+multi-process directory. Threads keep connections alive and let slow clients not block workers.
+"""
+
+import os
+
+bind = os.environ.get("WEB_BIND", "127.0.0.1:8000")
+workers = int(os.environ.get("WEB_WORKERS", "2"))
+worker_class = "gthread"
+threads = int(os.environ.get("WEB_THREADS", "4"))
+keepalive = 5
+timeout = 60
+graceful_timeout = 20
+max_requests = 5000
+max_requests_jitter = 500
+accesslog = "-" if os.environ.get("WEB_ACCESS_LOG", "1") == "1" else None
+access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(M)sms'
+forwarded_allow_ips = os.environ.get("WEB_FORWARDED_ALLOW_IPS", "127.0.0.1")
+proc_name = "controlplane-web"
+# Several gunicorn instances share a host (web, listener): no shared control socket in $HOME.
+control_socket_disable = True
+
+
+def child_exit(server: object, worker: object) -> None:
+    """Drop the metrics files of a worker that ended, so its gauges do not linger."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid)

@@ -1,0 +1,188 @@
+"""The listener role's WSGI application: WatchEvents and heartbeats from runtime watchers.
+
+Why not a Django view? This endpoint is for machines, at fleet rates: the listener must take
+thousands of events per second on two cores. Django's request handling plus DRF measured at about
+half of that (bench/listener.py), so the listener is a small WSGI application of its own on the
+same Django models and services: no URL resolver, middleware, content negotiation or template
+responses, only the checks the contract needs.
+
+Status codes, in the order they are decided: 404 (no such endpoint), 405 (not POST), 401 (no or
+untrusted client certificate), 413 (body over 16 KiB), 400 (bad contract or component in the path),
+404 (no Watcher for the component), 400 (bad body), 403 (certificate not allowed for the runtime),
+503 (queue or database unavailable: the watcher retries), 200 (enqueued). Every answer is JSON
+with a Content-Length. Never a 500 on client input.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable
+from http import HTTPStatus
+from typing import Any
+
+from django.db import DatabaseError, close_old_connections
+
+from controlplane.errors import ApplicationError
+
+from . import metrics, services
+from .events import MAX_BODY, EventInvalid, parse_event
+from .identity import ClientIdentity, IdentityError, client_identity
+
+log = logging.getLogger(__name__)
+
+EVENT_PATH = re.compile(r"^/(?P<contract>[^/]*)/(?P<component>[^/]*)/event/?$")
+HEARTBEAT_PATH = re.compile(r"^/watcher/heartbeat/?$")
+COMPONENT = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+REPORT_FIELDS = {
+    "watcherVersion": str,
+    "startedAt": str,
+    "queueDepth": int,
+    "eventsSent": int,
+    "eventsFailed": int,
+    "eventsDropped": int,
+}
+StartResponse = Callable[[str, list[tuple[str, str]]], Any]
+
+
+class HTTPError(Exception):
+    def __init__(self, status: int, detail: str, headers: Iterable[tuple[str, str]] = ()) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.headers = list(headers)
+
+
+def error_body(detail: str, errors: Iterable[tuple[str, str]] = ()) -> dict[str, Any]:
+    return {"detail": detail, "errors": [{"field": field, "reason": reason} for field, reason in errors]}
+
+
+def read_body(environ: dict[str, Any]) -> bytes:
+    """The raw body, refusing more than 16 KiB whatever the Content-Length says."""
+    declared = environ.get("CONTENT_LENGTH") or ""
+    if declared.isdigit() and int(declared) > MAX_BODY:
+        metrics.TOO_LARGE.inc()
+        raise HTTPError(413, f"Body size greater than {MAX_BODY} bytes is not allowed")
+    body = environ["wsgi.input"].read(MAX_BODY + 1)
+    if len(body) > MAX_BODY:
+        metrics.TOO_LARGE.inc()
+        raise HTTPError(413, f"Body size greater than {MAX_BODY} bytes is not allowed")
+    return body
+
+
+def authenticate(environ: dict[str, Any]) -> ClientIdentity:
+    try:
+        return client_identity(environ)
+    except IdentityError as exc:
+        metrics.FAILED_VERIFICATION.labels(reason=exc.reason).inc()
+        raise HTTPError(
+            401, exc.message, [("WWW-Authenticate", 'Certificate realm="runtime-watcher"')]
+        ) from exc
+
+
+def accept_event(environ: dict[str, Any], contract: str, component: str) -> dict[str, Any]:
+    identity = authenticate(environ)
+    body = read_body(environ)
+    if contract not in ("v1", "v2"):
+        raise EventInvalid(f"unsupported contract version {contract!r}: use v1 or v2")
+    if not COMPONENT.match(component):
+        raise EventInvalid(f"invalid component {component!r} in the path")
+    services.route_for(component)  # 404 before looking at the body
+    event = parse_event(contract, component, body)
+    accepted = services.watch_event_accept(event=event, identity=identity)
+    metrics.event_counter(component, accepted.outcome).inc()
+    return accepted.body()
+
+
+def accept_heartbeat(environ: dict[str, Any]) -> dict[str, Any]:
+    identity = authenticate(environ)
+    body = read_body(environ)
+    try:
+        data = json.loads(body or b"{}")
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise EventInvalid(f"body is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise EventInvalid("body must be a JSON object")
+    report = {
+        key: value
+        for key, kind in REPORT_FIELDS.items()
+        if isinstance(value := data.get(key), kind) and not isinstance(value, bool)
+    }
+    kyma = services.heartbeat_accept(identity=identity, report=report)
+    metrics.HEARTBEATS.labels(result="ok").inc()
+    return {"status": "ok", "kyma": f"{kyma.namespace}/{kyma.name}"}
+
+
+def route(environ: dict[str, Any]) -> tuple[str, Callable[[], dict[str, Any]]]:
+    """(metrics label, handler) for the request, or an HTTPError (404, 405)."""
+    path = environ.get("PATH_INFO", "")
+    if match := EVENT_PATH.match(path):
+        contract, component = match["contract"], match["component"]
+        label = contract if contract in ("v1", "v2") else "other"
+        handler = lambda: accept_event(environ, contract, component)  # noqa: E731
+    elif HEARTBEAT_PATH.match(path):
+        label, handler = "heartbeat", lambda: accept_heartbeat(environ)
+    else:
+        raise HTTPError(404, f"no such endpoint: {path}; use POST /v2/<component>/event")
+    if environ.get("REQUEST_METHOD") != "POST":
+        raise HTTPError(
+            405, f"{environ.get('REQUEST_METHOD')} method is not allowed on this path", [("Allow", "POST")]
+        )
+    return label, handler
+
+
+def handle(environ: dict[str, Any]) -> tuple[int, dict[str, Any], list[tuple[str, str]], str]:
+    label = "-"
+    try:
+        label, handler = route(environ)
+        return 200, handler(), [], label
+    except HTTPError as exc:
+        return exc.status, error_body(exc.detail), exc.headers, label
+    except EventInvalid as exc:
+        return 400, error_body(str(exc)), [], label
+    except ApplicationError as exc:
+        if exc.status_code == 403:
+            metrics.FAILED_VERIFICATION.labels(reason="not-allowed").inc()
+        return exc.status_code, error_body(exc.message, exc.errors), [], label
+    except DatabaseError as exc:
+        log.warning("database unavailable while accepting a request: %s", exc)
+        close_old_connections()
+        return 503, error_body("the control plane's database is unavailable; retry"), [], label
+    except Exception:
+        log.exception("unexpected error in the listener")
+        return 500, error_body("internal error"), [], label
+
+
+_LOCAL = threading.local()
+
+
+def _tidy_connections() -> None:
+    """What Django does around each request (drop broken or expired database connections), at
+    most once a second per thread: it is not free and the listener answers thousands a second."""
+    now = time.monotonic()
+    if now - getattr(_LOCAL, "tidied", 0.0) > 1.0:
+        _LOCAL.tidied = now
+        close_old_connections()
+
+
+def application(environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
+    started = time.perf_counter()
+    metrics.IN_FLIGHT.inc()
+    try:
+        _tidy_connections()
+        status, body, headers, label = handle(environ)
+    finally:
+        metrics.IN_FLIGHT.dec()
+    payload = json.dumps(body, separators=(",", ":")).encode()
+    start_response(
+        f"{status} {HTTPStatus(status).phrase}",
+        [("Content-Type", "application/json"), ("Content-Length", str(len(payload))), *headers],
+    )
+    metrics.request_counter(label, status).inc()
+    if status != 200:
+        metrics.REQUEST_ERRORS.labels(code=str(status)).inc()
+    metrics.DURATION.observe(time.perf_counter() - started)
+    return [payload]

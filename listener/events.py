@@ -1,0 +1,105 @@
+"""The WatchEvent wire contract (v1 and v2), parsed strictly enough to answer 400 precisely.
+
+Upstream sends ``{"watched": {"Namespace": ..., "Name": ...}, "watchedGvk": {"group": ...,
+"version": ..., "kind": ...}}``; ``watched`` keys are matched case-insensitively. Contract v1
+also carries ``owner``: the KCP Kyma to reconcile. Unknown top-level fields are ignored, as Go's
+``encoding/json`` does, so newer watchers keep working.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+CONTRACTS = ("v1", "v2")
+MAX_BODY = 16 * 1024
+
+
+class EventInvalid(ValueError):
+    """The body or path breaks the contract (400); the message says where."""
+
+
+@dataclass(frozen=True)
+class ObjectKey:
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    contract: str
+    component: str
+    watched: ObjectKey
+    group: str
+    version: str
+    kind: str
+    owner: ObjectKey | None = None
+
+    def payload(self) -> dict[str, Any]:
+        """The body as upstream components expect it (for forwarding)."""
+        body: dict[str, Any] = {
+            "watched": {"Namespace": self.watched.namespace, "Name": self.watched.name},
+            "watchedGvk": {"group": self.group, "version": self.version, "kind": self.kind},
+        }
+        if self.owner is not None:
+            body["owner"] = {"Namespace": self.owner.namespace, "Name": self.owner.name}
+        return body
+
+
+def _key(value: Any, field: str, *, name_required: bool) -> ObjectKey:
+    if not isinstance(value, dict):
+        raise EventInvalid(f"{field} must be an object with Namespace and Name")
+    folded: dict[str, Any] = {}
+    for key, item in value.items():
+        lowered = key.lower() if isinstance(key, str) else key
+        if lowered in ("namespace", "name"):
+            if lowered in folded:
+                raise EventInvalid(f"{field}.{key} is given twice (keys are case-insensitive)")
+            folded[lowered] = item
+    for part in ("namespace", "name"):
+        if not isinstance(folded.get(part, ""), str):
+            raise EventInvalid(f"{field}.{part} must be a string")
+    if name_required and not folded.get("name"):
+        raise EventInvalid(f"{field}.name is required")
+    return ObjectKey(folded.get("namespace", ""), folded.get("name", ""))
+
+
+def parse_event(contract: str, component: str, body: bytes) -> WatchEvent:
+    if contract not in CONTRACTS:
+        raise EventInvalid(f"unsupported contract version {contract!r}: use v1 or v2")
+    if not component:
+        raise EventInvalid("component cannot be empty")
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise EventInvalid(f"body is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise EventInvalid("body must be a JSON object")
+    if "watched" not in data:
+        raise EventInvalid("watched is required")
+    watched = _key(data["watched"], "watched", name_required=True)
+    gvk = data.get("watchedGvk")
+    if not isinstance(gvk, dict):
+        raise EventInvalid("watchedGvk must be an object with group, version and kind")
+    for part in ("group", "version", "kind"):
+        if not isinstance(gvk.get(part, ""), str):
+            raise EventInvalid(f"watchedGvk.{part} must be a string")
+    if not gvk.get("version") or not gvk.get("kind"):
+        raise EventInvalid("watchedGvk.version and watchedGvk.kind are required")
+    owner = None
+    if contract == "v1":
+        if "owner" not in data:
+            raise EventInvalid("owner is required in contract v1 (the Kyma to reconcile)")
+        owner = _key(data["owner"], "owner", name_required=True)
+        if not owner.namespace:
+            raise EventInvalid("owner.namespace is required in contract v1")
+    return WatchEvent(
+        contract=contract,
+        component=component,
+        watched=watched,
+        group=gvk.get("group", ""),
+        version=gvk["version"],
+        kind=gvk["kind"],
+        owner=owner,
+    )

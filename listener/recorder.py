@@ -1,0 +1,117 @@
+"""Writes WatchEvent records in batches, off the request path.
+
+Each listener process buffers accepted events and a background thread inserts them every
+``FLUSH_INTERVAL`` seconds. Identical events (same Kyma, component, object, kind and outcome)
+within one interval become one row with a count: a burst of a thousand events for one object
+costs one row. The buffer is bounded: if the database stays away, the oldest groups are dropped
+and counted (the events themselves were already enqueued; only the inspection record is lost).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import threading
+
+from django.db import close_old_connections
+
+from .events import WatchEvent
+from .metrics import RECORDS_DROPPED
+
+log = logging.getLogger(__name__)
+
+FLUSH_INTERVAL = 0.25
+BUFFER_LIMIT = 20_000
+
+Key = tuple[int, str, str, str, str, str, str, str, str]
+
+
+class EventRecorder:
+    def __init__(self) -> None:
+        self._groups: dict[Key, list] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._pid: int | None = None
+
+    def add(self, kyma_id: int, event: WatchEvent, outcome: str, received_at: dt.datetime) -> None:
+        key = (
+            kyma_id,
+            event.component,
+            event.contract,
+            event.watched.namespace,
+            event.watched.name,
+            event.group,
+            event.version,
+            event.kind,
+            outcome,
+        )
+        with self._lock:
+            group = self._groups.get(key)
+            if group is not None:
+                group[0] += 1
+                group[1] = max(group[1], received_at)
+            elif len(self._groups) < BUFFER_LIMIT:
+                self._groups[key] = [1, received_at]
+            else:
+                RECORDS_DROPPED.inc()
+            if self._pid != os.getpid():
+                self._start()
+
+    def _start(self) -> None:
+        self._pid = os.getpid()
+        self._thread = threading.Thread(target=self._run, name="event-recorder", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        stop = threading.Event()
+        while not stop.wait(FLUSH_INTERVAL):
+            try:
+                self.flush()
+            except Exception:
+                log.exception("writing watch event records failed; will retry")
+                close_old_connections()
+
+    def flush(self) -> int:
+        """Insert what is buffered; returns the number of rows written."""
+        from .models import WatchEventRecord
+
+        with self._lock:
+            groups, self._groups = self._groups, {}
+        if not groups:
+            return 0
+        rows = [
+            WatchEventRecord(
+                kyma_id=kyma_id,
+                component=component,
+                contract=contract,
+                watched_namespace=namespace[:253],
+                watched_name=name[:253],
+                gvk_group=group[:253],
+                gvk_version=version[:63],
+                gvk_kind=kind[:63],
+                outcome=outcome,
+                count=count,
+                received_at=received_at,
+            )
+            for (kyma_id, component, contract, namespace, name, group, version, kind, outcome), (
+                count,
+                received_at,
+            ) in groups.items()
+        ]
+        try:
+            WatchEventRecord.objects.bulk_create(rows, batch_size=1000)
+        except Exception:
+            with self._lock:
+                for key, value in groups.items():
+                    if key in self._groups:
+                        self._groups[key][0] += value[0]
+                    elif len(self._groups) < BUFFER_LIMIT:
+                        self._groups[key] = value
+                    else:
+                        RECORDS_DROPPED.inc(value[0])
+            raise
+        return len(rows)
+
+
+RECORDER = EventRecorder()

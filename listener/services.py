@@ -1,0 +1,236 @@
+"""Accepting a WatchEvent: who sent it, which Kyma it concerns, where it goes.
+
+Routing follows upstream's per-Watcher VirtualService: the path's component is a Watcher's
+manager. Events for ``LISTENER_RECONCILE_COMPONENT`` (lifecycle-manager) ask for a reconcile of the
+Kyma (coalesced); events for any other component are forwarded to that Watcher's ``serviceInfo``
+by a worker, with retries. The answer is 200 only once the reconcile or forward is in the broker.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
+
+from controlplane.errors import ApplicationError, NotFound
+from controlplane.models import Kyma
+from controlplane.services.reconcile_queue import kyma_reconcile_request_one
+from watchers.models import Watcher
+
+from .events import WatchEvent
+from .identity import ClientIdentity
+from .models import EventOutcome
+from .recorder import RECORDER
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class Forbidden(ApplicationError):
+    """A valid certificate that may not speak for this runtime (403)."""
+
+    status_code = 403
+    code = "forbidden"
+
+
+@dataclass(frozen=True)
+class KymaRef:
+    id: int
+    namespace: str
+    name: str
+    runtime_id: str
+    skr_domain: str
+
+
+@dataclass(frozen=True)
+class Route:
+    component: str
+    service_info: dict
+
+
+class TTLCache(Generic[K, V]):
+    """A tiny per-process cache: a burst of events costs one query, not one per event.
+
+    Entries live ``LISTENER_CACHE_SECONDS``; a changed Kyma or Watcher is seen within that time.
+    Misses (``None``) are cached too, so an unknown runtime cannot make every request query.
+    """
+
+    def __init__(self, load: Callable[[K], V | None]) -> None:
+        self._load = load
+        self._entries: dict[K, tuple[float, V | None]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: K) -> V | None:
+        now = time.monotonic()
+        entry = self._entries.get(key)
+        if entry is not None and entry[0] > now:
+            return entry[1]
+        value = self._load(key)
+        with self._lock:
+            if len(self._entries) > 50_000:
+                self._entries.clear()
+            self._entries[key] = (now + settings.LISTENER_CACHE_SECONDS, value)
+        return value
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+def _ref(kyma: Kyma | None) -> KymaRef | None:
+    if kyma is None:
+        return None
+    return KymaRef(kyma.pk, kyma.namespace, kyma.name, kyma.runtime_id, kyma.skr_domain)
+
+
+_FIELDS = ("id", "namespace", "name", "runtime_id", "skr_domain")
+KYMAS_BY_RUNTIME: TTLCache[str, KymaRef] = TTLCache(
+    lambda runtime_id: _ref(Kyma.objects.only(*_FIELDS).filter(runtime_id=runtime_id).first())
+)
+KYMAS_BY_NAME: TTLCache[tuple[str, str], KymaRef] = TTLCache(
+    lambda key: _ref(Kyma.objects.only(*_FIELDS).filter(namespace=key[0], name=key[1]).first())
+)
+ROUTES: TTLCache[str, Route] = TTLCache(
+    lambda component: next(
+        (
+            Route(w.component, w.service_info)
+            for w in Watcher.objects.only("component", "service_info").filter(component=component)
+        ),
+        None,
+    )
+)
+
+
+class Coverage:
+    """Skips the round trip for events a queued reconcile provably covers.
+
+    The reconcile that covers an event must read the runtime at least ``LISTENER_EVENT_MARGIN``
+    after the event: a validating webhook is called before the API server stores the change. A
+    task due at ``E`` (the ETA the queue reports; Celery holds a task until then) covers, without
+    asking, every event that arrives before ``E`` minus the margin. ``LISTENER_CLOCK_SKEW`` is
+    taken off for clocks of other hosts (workers, other listeners) that run ahead of ours. An
+    event closer to ``E`` asks the queue, which makes the task wait for it.
+    """
+
+    def __init__(self) -> None:
+        self._until: dict[int, float] = {}
+
+    def request(self, kyma_id: int) -> bool:
+        """Ask for a reconcile; True when this event queued a task."""
+        if time.monotonic() < self._until.get(kyma_id, 0.0):
+            return False
+        margin = settings.LISTENER_EVENT_MARGIN
+        queued, eta = kyma_reconcile_request_one(
+            kyma_id, countdown=settings.LISTENER_RECONCILE_DELAY, margin=margin
+        )
+        window = (eta - timezone.now()).total_seconds() - margin - settings.LISTENER_CLOCK_SKEW
+        if window > 0:
+            if len(self._until) > 50_000:
+                self._until.clear()
+            self._until[kyma_id] = time.monotonic() + window
+        return queued
+
+    def clear(self) -> None:
+        self._until.clear()
+
+
+COVERAGE = Coverage()
+
+
+def clear_caches() -> None:
+    for cache in (KYMAS_BY_RUNTIME, KYMAS_BY_NAME, ROUTES, COVERAGE):
+        cache.clear()
+
+
+def runtime_for(event_owner: tuple[str, str] | None, identity: ClientIdentity) -> KymaRef:
+    """The Kyma the sender may speak for, or :class:`Forbidden`.
+
+    v2 identifies the runtime by the certificate's CN. v1 names the owner Kyma in the body and
+    the certificate must carry that Kyma's SKR domain as SAN (SAN pinning); v2 checks the SAN too
+    when ``LISTENER_SAN_PINNING`` is on, so a certificate for one runtime never triggers another.
+    """
+    if event_owner is None:
+        kyma = KYMAS_BY_RUNTIME.get(identity.common_name)
+        if kyma is None:
+            raise Forbidden(f"no runtime with id {identity.common_name!r} (the certificate's CN)")
+        pin = settings.LISTENER_SAN_PINNING
+    else:
+        kyma = KYMAS_BY_NAME.get(event_owner)
+        if kyma is None:
+            raise Forbidden(f"owner Kyma {event_owner[0]}/{event_owner[1]} is not known")
+        pin = True
+    if pin and not identity.has_san(kyma.skr_domain):
+        if not kyma.skr_domain:
+            raise Forbidden(f"runtime {kyma.runtime_id} has no skr-domain to pin its certificate to")
+        raise Forbidden(
+            f"the certificate is not valid for runtime {kyma.runtime_id}: "
+            f"it lacks the SAN {kyma.skr_domain!r}"
+        )
+    return kyma
+
+
+def route_for(component: str) -> Route:
+    route = ROUTES.get(component)
+    if route is None:
+        raise NotFound(f"no Watcher for component {component!r}")
+    return route
+
+
+@dataclass(frozen=True)
+class Accepted:
+    kyma: KymaRef
+    outcome: str
+
+    def body(self) -> dict[str, str]:
+        return {
+            "status": "accepted",
+            "kyma": f"{self.kyma.namespace}/{self.kyma.name}",
+            "outcome": self.outcome,
+        }
+
+
+def watch_event_accept(*, event: WatchEvent, identity: ClientIdentity) -> Accepted:
+    """Route an accepted event; raises NotFound (404), Forbidden (403), QueueUnavailable (503)."""
+    received_at = timezone.now()  # before the claim: a reconcile covering this event starts later
+    route = route_for(event.component)
+    owner = (event.owner.namespace, event.owner.name) if event.owner else None
+    kyma = runtime_for(owner, identity)
+    if event.component == settings.LISTENER_RECONCILE_COMPONENT:
+        queued = COVERAGE.request(kyma.id)
+        outcome = EventOutcome.QUEUED if queued else EventOutcome.COALESCED
+    else:
+        from .tasks import forward_event_publish
+
+        forward_event_publish(route=route, event=event, kyma=kyma, identity=identity)
+        outcome = EventOutcome.FORWARDED
+    RECORDER.add(kyma.id, event, outcome, received_at)
+    return Accepted(kyma, outcome)
+
+
+def heartbeat_accept(*, identity: ClientIdentity, report: dict) -> KymaRef:
+    """A runtime watcher says it is alive; the Kyma's ``watcher_last_seen_at`` moves (at most
+    every few seconds, so heartbeats stay cheap). The first heartbeat of a watcher that was silent
+    (or never heard) queues a reconcile: it clears the ``WatcherHeartbeat`` condition at once."""
+    kyma = runtime_for(None, identity)
+    now = timezone.now()
+    stamp = {"watcher_last_seen_at": now, "watcher_report": report}
+    rows = Kyma.objects.filter(pk=kyma.id)
+    if settings.WATCHER_SILENT_AFTER > 0:
+        cutoff = now - dt.timedelta(seconds=settings.WATCHER_SILENT_AFTER)
+        if rows.filter(Q(watcher_last_seen_at__lt=cutoff) | Q(watcher_last_seen_at__isnull=True)).update(
+            **stamp
+        ):
+            kyma_reconcile_request_one(kyma.id, countdown=0)
+            return kyma
+    rows.exclude(watcher_last_seen_at__gt=now - _HEARTBEAT_WRITE_EVERY).update(**stamp)
+    return kyma
+
+
+_HEARTBEAT_WRITE_EVERY = dt.timedelta(seconds=5)

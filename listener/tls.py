@@ -1,0 +1,118 @@
+"""TLS material of the listener role, kept current without a restart.
+
+``serve listener`` writes the first server certificate, its key and the CA bundle for gunicorn.
+Then each worker process refreshes them from the database every ``LISTENER_TLS_REFRESH`` seconds
+and, when they changed (renewal, CA rotation), builds a new ``SSLContext`` that gunicorn uses for
+new connections (through its ``ssl_context`` hook). Files are written with mode 0600 in a private
+directory because ``ssl`` loads keys only from files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import ssl
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from django.conf import settings
+from django.db import close_old_connections
+
+log = logging.getLogger(__name__)
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+    tmp.replace(path)
+
+
+def current_material() -> tuple[bytes, bytes, bytes]:
+    """(certificate, key, CA bundle) the listener should use now, issued if needed."""
+    from pki import services
+
+    services.ca_bootstrap()
+    cert = services.listener_certificate()
+    return cert.certificate_pem.encode(), cert.private_key.reveal_bytes(), services.ca_bundle_pem()
+
+
+def write_material(directory: Path) -> dict[str, str]:
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    cert, key, bundle = current_material()
+    paths = {
+        "LISTENER_CERTFILE": directory / "tls.crt",
+        "LISTENER_KEYFILE": directory / "tls.key",
+        "LISTENER_CA_BUNDLE": directory / "ca.crt",
+    }
+    for (_, path), data in zip(paths.items(), (cert, key, bundle), strict=True):
+        _write_private(path, data)
+    return {name: str(path) for name, path in paths.items()}
+
+
+def prepare_listener_tls() -> dict[str, str]:
+    """Environment for the listener's gunicorn config (nothing in proxy mode: TLS ends at the proxy)."""
+    if settings.LISTENER_MODE == "proxy":
+        return {"LISTENER_MODE": "proxy"}
+    return {"LISTENER_MODE": "direct", **write_material(settings.STATE_DIR / "listener-tls")}
+
+
+def build_context(cert: bytes, key: bytes, bundle: bytes, directory: Path) -> ssl.SSLContext:
+    _write_private(directory / "tls.crt", cert)
+    _write_private(directory / "tls.key", key)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(directory / "tls.crt", directory / "tls.key")
+    context.load_verify_locations(cadata=bundle.decode())
+    context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
+class ListenerTLS:
+    """The worker process's current server context."""
+
+    def __init__(self) -> None:
+        self._context: ssl.SSLContext | None = None
+        self._version = ""
+        self._lock = threading.Lock()
+        self._directory: Path | None = None
+
+    def refresh(self) -> bool:
+        cert, key, bundle = current_material()
+        version = hashlib.sha256(cert + bundle).hexdigest()
+        if version == self._version:
+            return False
+        if self._directory is None:
+            self._directory = Path(tempfile.mkdtemp(prefix="listener-tls-"))
+        context = build_context(cert, key, bundle, self._directory)
+        with self._lock:
+            changed = bool(self._version)
+            self._context, self._version = context, version
+        if changed:
+            log.info("listener TLS material changed: new connections use the new certificate and bundle")
+        return True
+
+    def context(self, default: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
+        with self._lock:
+            context = self._context
+        return context or default()
+
+    def start(self, interval: float) -> None:
+        def loop() -> None:
+            stop = threading.Event()
+            while not stop.wait(interval):
+                try:
+                    self.refresh()
+                except Exception:
+                    log.exception("refreshing the listener TLS material failed; keeping the current one")
+                finally:
+                    close_old_connections()
+
+        threading.Thread(target=loop, name="listener-tls-refresh", daemon=True).start()
+
+
+TLS = ListenerTLS()

@@ -1,0 +1,92 @@
+"""``manage.py up`` (what ``make run`` starts): every role plus simulated runtimes, as a newcomer
+sees it: the demo Kymas go Ready with their watchers reporting, a runtime edit reaches the control
+plane, and stopping ``up`` leaves no process behind."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from collections.abc import Callable
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+
+from controlplane.models import Kyma
+from listener.models import WatchEventRecord
+from pki import services as pki
+from tests.support.processes import Process, free_port, process_env
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+
+def eventually(check: Callable[[], object], what: str, up: Process, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if up.proc.poll() is not None:
+            raise AssertionError(f"up exited ({up.proc.returncode}) before {what}:\n{up.output()}")
+        if check():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{what} did not happen within {timeout} s:\n{up.output()}")
+
+
+def watcher_processes(kcp_addr: str) -> list[int]:
+    """Runtime-watcher processes that report to this listener (found through /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if b"watchers.runtime" in cmdline and f"KCP_ADDR={kcp_addr}".encode() in environ.split(b"\0"):
+            found.append(int(entry.name))
+    return found
+
+
+def test_up_runs_the_control_plane_with_simulated_runtimes_whose_changes_flow_in():
+    pki.ca_bootstrap()
+    listener_port = free_port()
+    env = process_env(
+        WEB_BIND=f"127.0.0.1:{free_port()}",
+        LISTENER_BIND=f"127.0.0.1:{listener_port}",
+        LISTENER_METRICS_BIND=f"127.0.0.1:{free_port()}",
+        DEV_WORKER_CONCURRENCY="1",
+    )
+    up = Process("up", [sys.executable, "manage.py", "up"], env)
+    try:
+        eventually(
+            lambda: (
+                Kyma.objects.filter(name__startswith="demo-", state="Ready").count() == 3
+                and Kyma.objects.filter(name__startswith="demo-", watcher_last_seen_at__isnull=False).count()
+                == 3
+            ),
+            "three demo Kymas Ready with reporting watchers",
+            up,
+        )
+        assert len(watcher_processes(f"localhost:{listener_port}")) == 3
+
+        out = StringIO()
+        call_command("runtime_edit", "demo-2", "--channel", "fast", stdout=out)
+        assert "channel=fast" in out.getvalue()
+        eventually(
+            lambda: (
+                Kyma.objects.get(name="demo-2").channel == "fast"
+                and WatchEventRecord.objects.filter(kyma__name="demo-2").exists()
+            ),
+            "the edit arrives as an event and the reconcile adopts it",
+            up,
+            timeout=15,
+        )
+    finally:
+        up.signal(signal.SIGINT)
+        up.proc.wait(30)
+    deadline = time.monotonic() + 10
+    while watcher_processes(f"localhost:{listener_port}") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert watcher_processes(f"localhost:{listener_port}") == []

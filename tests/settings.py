@@ -1,0 +1,30 @@
+"""Settings for the test suite: the project's settings with an isolated state directory.
+
+Each pytest-xdist worker gets its own state directory (SQLite file, filesystem broker) and,
+when the broker is Redis, its own Redis database, so parallel workers never see each other's
+tasks. Processes the tests start (gunicorn, Celery) use these settings too.
+"""
+
+import os
+import re
+from pathlib import Path
+
+_worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+_number = int(re.sub(r"\D", "", _worker) or 0)
+# pytest's controller process imports these settings too, and xdist workers (and the processes
+# tests start) inherit its environment: derive every per-worker value from the values the user
+# gave, remembered on the first import, never from what an earlier import wrote.
+_base_state = os.environ.setdefault(
+    "CONTROLPLANE_TEST_STATE_BASE",
+    os.environ.get("CONTROLPLANE_STATE_DIR", str(Path(__file__).resolve().parent.parent / ".state")),
+)
+os.environ["CONTROLPLANE_STATE_DIR"] = str(Path(_base_state) / f"test-{_worker}")
+os.environ.setdefault("DJANGO_DEBUG", "1")
+_broker = os.environ.setdefault("CONTROLPLANE_TEST_BROKER_BASE", os.environ.get("CELERY_BROKER_URL", ""))
+if _broker.startswith("redis://"):
+    os.environ["CELERY_BROKER_URL"] = re.sub(r"(/\d+)?$", f"/{10 + _number}", _broker.rstrip("/"), count=1)
+
+from controlplane.settings import *
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+LOGGING["root"]["level"] = "WARNING"

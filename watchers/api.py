@@ -1,0 +1,23 @@
+"""API of Watchers."""
+
+from drf_spectacular.utils import extend_schema_view
+
+from controlplane.api.resources import ResourceViewSet, document_schema
+from controlplane.resources import registry
+
+from .filtersets import WatcherFilterSet
+from .models import Watcher
+from .resources import WatcherKind
+from .services import watcher_delete
+
+_WATCHER = registry.for_document({"apiVersion": WatcherKind.api_version, "kind": WatcherKind.kind})
+
+
+@extend_schema_view(**document_schema(_WATCHER, tags=["watchers"]))
+class WatcherViewSet(ResourceViewSet):
+    kind = _WATCHER
+    queryset = Watcher.objects.all()
+    filterset_class = WatcherFilterSet
+
+    def delete_object(self, obj: Watcher) -> bool:
+        return watcher_delete(watcher=obj)

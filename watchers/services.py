@@ -1,0 +1,94 @@
+"""Writes of Watchers. Any change reaches every runtime's webhook configuration."""
+
+from __future__ import annotations
+
+from django.db import transaction
+
+from controlplane.errors import Conflict
+from controlplane.services.common import deletion_begin, resource_save, stored_spec
+
+from .models import DEFAULT_GATEWAY, Watcher
+
+
+def _fan_out(reason: str) -> None:
+    from controlplane.tasks import kyma_reconcile_fanout
+
+    transaction.on_commit(lambda: kyma_reconcile_fanout.delay(reason))
+
+
+def watcher_save(watcher: Watcher) -> bool:
+    """Validate and store a Watcher; on change every Kyma is reconciled (in batches)."""
+    if watcher.is_deleting:
+        raise Conflict(f"Watcher {watcher.key} is being deleted; it cannot be changed")
+    # Upstream's default gateway selector, written out so the stored spec says what applies.
+    watcher.gateway = watcher.gateway or DEFAULT_GATEWAY
+    with transaction.atomic():
+        changed = resource_save(watcher, before=stored_spec(watcher))
+        if changed:
+            _fan_out(f"watcher {watcher.key} changed")
+    return changed
+
+
+@transaction.atomic
+def watcher_apply(
+    *,
+    namespace: str,
+    name: str,
+    resource_to_watch: dict,
+    service_info: dict,
+    manager: str = "",
+    field: str = "spec",
+    labels_to_watch: dict | None = None,
+    gateway: dict | None = None,
+    labels: dict | None = None,
+    annotations: dict | None = None,
+) -> tuple[Watcher, bool]:
+    """Create the Watcher ``namespace/name`` or make the stored one match."""
+    watcher = Watcher.objects.select_for_update().filter(namespace=namespace, name=name).first()
+    created = watcher is None
+    watcher = watcher or Watcher(namespace=namespace, name=name)
+    watcher.manager = manager
+    watcher.labels_to_watch = labels_to_watch or {}
+    watcher.resource_to_watch = resource_to_watch
+    watcher.field = field
+    watcher.service_info = service_info
+    watcher.gateway = gateway or {}
+    watcher.labels = labels or {}
+    watcher.annotations = annotations or {}
+    watcher_save(watcher)
+    return watcher, created
+
+
+def watcher_delete(*, watcher: Watcher) -> bool:
+    """Begin deleting a Watcher: it stays (Deleting) until no runtime's webhook uses it."""
+    with transaction.atomic():
+        if deletion_begin(watcher):
+            _fan_out(f"watcher {watcher.key} deleted")
+            return True
+        Watcher.objects.filter(pk=watcher.pk).update(state="Deleting")
+        watcher.state = "Deleting"
+        _fan_out(f"watcher {watcher.key} deleting")
+    return False
+
+
+def watchers_finalize() -> list[str]:
+    """Second step of a Watcher's deletion: once no Kyma's applied webhooks name it, it goes.
+
+    A Kyma records the Watchers of the webhook configuration it applied (``applied_watchers``);
+    the reconciles that the deletion fanned out drop the Watcher from every reachable runtime.
+    """
+    from controlplane.models import Kyma
+
+    deleting = {str(w.uid): w for w in Watcher.objects.filter(deletion_timestamp__isnull=False)}
+    if not deleting:
+        return []
+    in_use: set[str] = set()
+    applied_lists = Kyma.objects.exclude(applied_watchers=[]).values_list("applied_watchers", flat=True)
+    for applied in applied_lists.iterator():
+        in_use.update(applied)
+    gone = []
+    for uid, watcher in deleting.items():
+        if uid not in in_use:
+            watcher.delete()
+            gone.append(watcher.key)
+    return gone
