@@ -59,8 +59,6 @@ setup_django("e2e")
 from django.conf import settings
 from django.utils import timezone
 
-from controlplane.emulator import EmulatorHost
-from controlplane.emulator.kubelet import ProcessKubelet
 from controlplane.models import Kyma, ReconcileRecord
 from controlplane.resources.yamlio import dump_yaml
 from controlplane.sealing import Sealed
@@ -68,6 +66,8 @@ from controlplane.services.reconcile_queue import kyma_reconcile_request
 from listener.models import WatchEventRecord
 from pki import services as pki
 from pki.models import Certificate
+from runtime_emulator import EmulatorHost
+from runtime_emulator.kubelet import ProcessKubelet
 from watchers.models import Watcher
 
 EVENT = json.dumps(

@@ -37,7 +37,6 @@ from django.db import connection
 from django.db.models import Count
 from django.test.utils import CaptureQueriesContext
 
-from controlplane.emulator import EmulatorHost, crd_manifest
 from controlplane.models import Kyma, Module, ModuleConfig, ReconcileRecord
 from controlplane.resources.yamlio import dump_yaml
 from controlplane.sealing import Sealed
@@ -45,6 +44,7 @@ from controlplane.services.reconcile import kyma_reconcile_run
 from controlplane.services.reconcile_queue import kyma_reconcile_request
 from pki import services as pki
 from pki.models import Certificate
+from runtime_emulator import EmulatorHost, crd_manifest
 from watchers.models import Watcher
 
 KEDA_CRD = crd_manifest("operator.kyma-project.io", "Keda", versions=("v1alpha1",))

@@ -8,6 +8,7 @@ encryption keys. Every variable read here is listed in the README's configuratio
 
 from __future__ import annotations
 
+import importlib.util
 import secrets
 from collections.abc import Callable
 from pathlib import Path
@@ -89,6 +90,10 @@ INSTALLED_APPS = [
     "pki",
     "listener",
 ]
+# The simulated runtimes of ``make run`` (development only): installed where their packages are,
+# ahead of ``controlplane`` so that its ``demo`` command (which only says what to install) yields.
+if all(importlib.util.find_spec(name) for name in ("demo", "runtime_emulator", "kmock")):
+    INSTALLED_APPS.insert(INSTALLED_APPS.index("controlplane"), "demo")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

@@ -8,6 +8,7 @@ the same settings and served through Django and WhiteNoise in a separate process
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import secrets
@@ -195,3 +196,28 @@ def test_production_web_serves_admin_and_static_files_through_the_linked_state_d
     page, asset, css = done.stdout.split()
     assert (page, asset) == ("200", "200")
     assert css != "/static/admin/css/base.css", "the hashed name comes from the manifest"
+
+
+def test_test_and_demo_code_stays_out_of_the_production_image():
+    copied = [rest.split()[0] for stage in STAGES for keyword, rest in stage if keyword == "COPY"]
+
+    assert not [path for path in copied if path.startswith(("runtime_emulator", "demo", "tests", "bench"))]
+    assert "requirements-dev.txt" not in " ".join(copied)
+
+
+WATCHER_DOCKERFILE = ROOT / "deploy" / "runtime-watcher" / "Dockerfile"
+
+
+def test_the_runtime_watcher_image_copies_the_repository_package_marker_not_a_stand_in():
+    watcher_stages = stages(WATCHER_DOCKERFILE.read_text())
+    copies = [rest for stage in watcher_stages for keyword, rest in stage if keyword == "COPY"]
+    runs = " ".join(rest for stage in watcher_stages for keyword, rest in stage if keyword == "RUN")
+
+    assert "watchers/__init__.py /app/watchers/__init__.py" in copies
+    assert "__init__.py" not in runs
+
+
+def test_the_watchers_package_marker_imports_nothing_the_watcher_image_lacks():
+    source = (ROOT / "watchers" / "__init__.py").read_text()
+
+    assert not [node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Import | ast.ImportFrom)]

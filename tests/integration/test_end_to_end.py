@@ -14,10 +14,10 @@ from collections.abc import Callable
 
 import pytest
 
-from controlplane.emulator.kubelet import ProcessKubelet
 from controlplane.models import Kyma, ReconcileRecord
 from listener.models import WatchEventRecord
 from pki import services as pki
+from runtime_emulator.kubelet import ProcessKubelet
 from tests.support.listener import start_listener
 from tests.support.processes import Process, start_beat, start_worker
 from tests.support.runtimes import connected_kyma, klm_watcher

@@ -10,9 +10,9 @@ from collections.abc import Callable
 
 import pytest
 
-from controlplane.emulator.kubelet import ProcessKubelet
 from controlplane.services import kymas as kyma_services
 from pki import services as pki
+from runtime_emulator.kubelet import ProcessKubelet
 from tests.controlplane.reconciler.helpers import conditions, reconcile
 from tests.support.runtimes import connected_kyma, klm_watcher
 

@@ -6,10 +6,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from controlplane.emulator import EmulatorHost, RuntimeEmulator, crd_manifest
 from controlplane.models import Kyma, Module
 from controlplane.resources.yamlio import dump_yaml
 from controlplane.services import kymas as kyma_services
+from runtime_emulator import EmulatorHost, RuntimeEmulator, crd_manifest
 from watchers.services import watcher_apply
 
 KLM = {

@@ -14,8 +14,11 @@ import threading
 import time
 from typing import Any
 
+from django.apps import apps
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from controlplane.management.commands.demo import MISSING
 
 COLOURS = ["\033[36m", "\033[35m", "\033[33m", "\033[32m", "\033[34m", "\033[31m"]
 RESET = "\033[0m"
@@ -107,7 +110,10 @@ class Command(BaseCommand):
         parser.add_argument("--no-demo", action="store_true", help="do not start simulated runtimes")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        commands = roles(demo=not options["no_demo"])
+        demo = not options["no_demo"]
+        if demo and not apps.is_installed("demo"):
+            raise CommandError(f"{MISSING}; or start without them: manage.py up --no-demo")
+        commands = roles(demo=demo)
         supervisor = Supervisor(commands, self.stdout._out)
         signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
         self.stdout.write(self.style.SUCCESS("Starting the control plane:"))

@@ -8,13 +8,13 @@ import threading
 
 import pytest
 
-from controlplane.emulator import PodHealth
 from controlplane.models import Kyma, ModuleConfig
 from controlplane.reconciler import next_interval
 from controlplane.services import kymas as kyma_services
 from controlplane.services import notifications
 from pki import services as pki
 from pki.models import Certificate
+from runtime_emulator import PodHealth
 from tests.controlplane.reconciler.helpers import conditions, reconcile
 from tests.support.runtimes import connected_kyma, keda_module, klm_watcher
 

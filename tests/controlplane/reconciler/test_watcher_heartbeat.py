@@ -7,10 +7,10 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from controlplane.emulator import PodHealth
 from controlplane.models import Kyma
 from controlplane.selectors import kyma_ids_watcher_silent
 from pki import services as pki
+from runtime_emulator import PodHealth
 from tests.factories import KymaFactory
 from tests.support.runtimes import connected_kyma, klm_watcher
 

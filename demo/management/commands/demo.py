@@ -1,0 +1,157 @@
+"""``manage.py demo``: simulated runtimes to try the control plane with (``make run`` starts it).
+
+Each runtime is an emulated Kubernetes API server on a loopback port, registered as a Kyma with its
+kubeconfig. The worker reconciles it like any runtime: it deploys the runtime watcher, which the
+loopback kubelet runs as a real ``python -m watchers.runtime`` process, so a change inside a
+runtime travels webhook → watcher → listener (mutual TLS) → broker → worker as in production.
+
+While it runs, a simulated module manager reports every module Ready, and a simulated user edits
+one runtime's Kyma every ``--edit-every`` seconds (switching its channel), so events keep flowing.
+Edit a runtime yourself with ``manage.py runtime_edit demo-1 --channel fast``. The emulated
+runtimes live in this process: after a restart they are new and empty, and the demo Kymas get new
+kubeconfigs (which reconciles them into the new runtimes).
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import signal
+import time
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+from django.db import close_old_connections
+
+from controlplane.errors import ApplicationError
+from controlplane.models import Kyma, Module, ModuleConfig
+from controlplane.resources.yamlio import dump_yaml
+from controlplane.services import kymas as kyma_services
+from controlplane.services import modules as module_services
+from controlplane.services.runtime_edits import runtime_kyma_edit
+from pki import services as pki
+from runtime_emulator import EmulatorHost, RuntimeEmulator, crd_manifest
+from runtime_emulator.kubelet import ProcessKubelet
+from watchers.models import Watcher
+from watchers.services import watcher_apply
+
+NAMESPACE = "kcp-system"
+DEMO_LABEL = {"controlplane.kyma-project.io/demo": "true"}
+MODULES = {
+    "keda": ("Keda", {"spec": {"resources": {"operator": {"limits": {"cpu": "800m"}}}}}),
+    "serverless": ("Serverless", {"spec": {"dockerRegistry": {"enableInternal": True}}}),
+}
+LIFECYCLE_WATCHER = {
+    "namespace": NAMESPACE,
+    "name": "klm-watcher",
+    "manager": "lifecycle-manager",
+    "labels_to_watch": {"operator.kyma-project.io/watched-by": "kyma"},
+    "resource_to_watch": {"group": "operator.kyma-project.io", "version": "*", "resource": "kymas"},
+    "field": "spec",
+    "service_info": {"name": "klm-events", "namespace": NAMESPACE, "port": 8082},
+}
+
+
+def ensure_catalog() -> None:
+    """What the demo runtimes need: a CA, the lifecycle-manager Watcher and two modules."""
+    pki.ca_bootstrap()
+    if not Watcher.objects.filter(namespace=NAMESPACE, name=LIFECYCLE_WATCHER["name"]).exists():
+        watcher_apply(**LIFECYCLE_WATCHER)
+    for name, (kind, default_cr) in MODULES.items():
+        if not Module.objects.filter(name=name).exists():
+            module_services.module_apply(
+                name=name,
+                channels={"regular": "1.0.0", "fast": "1.1.0"},
+                cr_group="operator.kyma-project.io",
+                cr_version="v1alpha1",
+                cr_kind=kind,
+                cr_plural=f"{kind.lower()}s",
+                default_cr=default_cr,
+            )
+
+
+def register(runtime: RuntimeEmulator, number: int) -> Kyma:
+    """The demo Kyma of a runtime (created once, then only given the runtime's new kubeconfig)."""
+    for kind, _ in MODULES.values():
+        runtime.register_crd(crd_manifest("operator.kyma-project.io", kind, versions=("v1alpha1",)))
+    name = f"demo-{number}"
+    kyma = Kyma.objects.filter(namespace=NAMESPACE, name=name).first()
+    if kyma is None:
+        kyma, _ = kyma_services.kyma_apply(
+            namespace=NAMESPACE,
+            name=name,
+            runtime_id=f"demo-runtime-{number}",
+            skr_domain=f"demo-{number}.kyma.example.com",
+            modules=[{"name": "keda"}],
+            labels=DEMO_LABEL,
+        )
+    kyma_services.kyma_set_kubeconfig(kyma=kyma, kubeconfig=dump_yaml([runtime.kubeconfig()]))
+    return kyma
+
+
+def report_modules_ready(kymas: list[Kyma]) -> list[str]:
+    """The simulated module managers: every module of a demo Kyma reports Ready."""
+    reported = []
+    for config in ModuleConfig.objects.filter(kyma__in=kymas).select_related("kyma", "module"):
+        if (config.status or {}).get("state") == "Ready":
+            continue
+        module_services.moduleconfig_set_status(config=config, status={"state": "Ready"})
+        reported.append(f"{config.module.name} of {config.kyma.name}")
+    return reported
+
+
+class Command(BaseCommand):
+    help = "Run simulated runtimes (emulated API servers with the runtime watcher) until stopped."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--runtimes", type=int, default=3, help="how many runtimes (1-50)")
+        parser.add_argument(
+            "--edit-every", type=float, default=30, help="seconds between simulated user edits (0: none)"
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        count, every = options["runtimes"], options["edit_every"]
+        if not 1 <= count <= 50:
+            self.stderr.write("--runtimes must be between 1 and 50")
+            raise SystemExit(2)
+        if every < 0:
+            self.stderr.write("--edit-every must be 0 (no edits) or a number of seconds")
+            raise SystemExit(2)
+        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+        ensure_catalog()
+        kubelet = ProcessKubelet()
+        host = EmulatorHost(kubelet=kubelet)
+        host.start()
+        try:
+            kymas = [register(host.create(f"demo-{n}"), n) for n in range(1, count + 1)]
+            self.stdout.write(
+                f"{count} simulated runtimes: {', '.join(k.name for k in kymas)} "
+                f"(edit one: python manage.py runtime_edit demo-1 --channel fast)"
+            )
+            self.run(kymas, every)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            host.run(kubelet.aclose())
+            host.stop()
+
+    def run(self, kymas: list[Kyma], every: float) -> None:
+        channels = itertools.cycle(["fast", "regular"])
+        next_edit = time.monotonic() + every if every else float("inf")
+        while True:
+            close_old_connections()
+            for what in report_modules_ready(kymas):
+                self.stdout.write(f"module manager: {what} is Ready")
+            if time.monotonic() >= next_edit:
+                next_edit = time.monotonic() + every
+                self.user_edit(random.choice(kymas), next(channels))
+            time.sleep(1)
+
+    def user_edit(self, kyma: Kyma, channel: str) -> None:
+        try:
+            changed = runtime_kyma_edit(kyma=kyma, channel=channel)
+        except ApplicationError as exc:
+            self.stdout.write(f"simulated user: no edit of {kyma.name} ({exc.message})")
+            return
+        if changed:
+            self.stdout.write(f"simulated user: switched {kyma.name} to channel {channel} inside its runtime")
