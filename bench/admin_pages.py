@@ -30,7 +30,7 @@ from django.utils import timezone
 
 from controlplane.dashboard.selectors import Window
 from controlplane.models import Job, Kyma, Module, ModuleConfig, ReconcileRecord, SyncResource
-from controlplane.sealing import Sealed
+from kernel.sealing import Sealed
 from listener.models import WatchEventRecord
 from pki import services as pki
 from pki.models import Certificate, CertificateAuthority

@@ -60,9 +60,9 @@ from django.conf import settings
 from django.utils import timezone
 
 from controlplane.models import Kyma, ReconcileRecord
-from controlplane.resources.yamlio import dump_yaml
-from controlplane.sealing import Sealed
 from controlplane.services.reconcile_queue import kyma_reconcile_request
+from kernel.documents.yamlio import dump_yaml
+from kernel.sealing import Sealed
 from listener.models import WatchEventRecord
 from pki import services as pki
 from pki.models import Certificate

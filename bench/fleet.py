@@ -38,10 +38,10 @@ from django.db.models import Count
 from django.test.utils import CaptureQueriesContext
 
 from controlplane.models import Kyma, Module, ModuleConfig, ReconcileRecord
-from controlplane.resources.yamlio import dump_yaml
-from controlplane.sealing import Sealed
 from controlplane.services.reconcile import kyma_reconcile_run
 from controlplane.services.reconcile_queue import kyma_reconcile_request
+from kernel.documents.yamlio import dump_yaml
+from kernel.sealing import Sealed
 from pki import services as pki
 from pki.models import Certificate
 from runtime_emulator import EmulatorHost, crd_manifest

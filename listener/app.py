@@ -26,7 +26,7 @@ from typing import Any
 
 from django.db import DatabaseError, close_old_connections
 
-from controlplane.errors import ApplicationError
+from kernel.errors import ApplicationError
 
 from . import metrics, services
 from .events import MAX_BODY, EventInvalid, parse_event

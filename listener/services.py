@@ -19,9 +19,9 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from controlplane.errors import ApplicationError, NotFound
 from controlplane.models import Kyma
 from controlplane.services.reconcile_queue import kyma_reconcile_request_one
+from kernel.errors import ApplicationError, NotFound
 from watchers.models import Watcher
 
 from .events import WatchEvent

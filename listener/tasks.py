@@ -17,7 +17,7 @@ from django.conf import settings
 from django.utils import timezone
 from kombu.exceptions import OperationalError as KombuOperationalError
 
-from controlplane.errors import QueueUnavailable
+from kernel.errors import QueueUnavailable
 
 from .models import EventOutcome, WatchEventRecord
 

@@ -12,9 +12,9 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from controlplane.admin.common import state_badge
-from controlplane.errors import ApplicationError
 from controlplane.services.reconcile_queue import kyma_reconcile_request
+from kernel.admin import state_badge
+from kernel.errors import ApplicationError
 
 from . import selectors, services
 from .models import Certificate, CertificateAuthority, CertificatePurpose, CertificateStatus

@@ -12,7 +12,7 @@ import uuid
 from django.db import models
 from django.utils import timezone
 
-from controlplane.sealing import SealedField
+from kernel.sealing import SealedField
 
 
 class CertificateStatus(models.TextChoices):

@@ -27,9 +27,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from controlplane.errors import ApplicationError
 from controlplane.models import Kyma, RevisionCounter
-from controlplane.sealing import Sealed
+from kernel.errors import ApplicationError
+from kernel.sealing import Sealed
 
 from . import crypto
 from .models import Certificate, CertificateAuthority, CertificatePurpose

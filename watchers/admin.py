@@ -9,7 +9,7 @@ from django.contrib import admin
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest
 
-from controlplane.admin.common import ResourceAdmin, age, state_badge
+from kernel.admin import ResourceAdmin, age, state_badge
 
 from .models import Watcher
 from .services import watcher_delete, watcher_save

@@ -2,8 +2,8 @@
 
 from drf_spectacular.utils import extend_schema_view
 
-from controlplane.api.resources import ResourceViewSet, document_schema
-from controlplane.resources import registry
+from kernel.api.resources import ResourceViewSet, document_schema
+from kernel.documents import registry
 
 from .filtersets import WatcherFilterSet
 from .models import Watcher

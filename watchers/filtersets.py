@@ -1,6 +1,6 @@
 import django_filters
 
-from controlplane.filtersets import SearchFilterSet
+from kernel.filtersets import SearchFilterSet
 
 from .models import Watcher, WatcherState
 

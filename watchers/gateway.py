@@ -29,7 +29,7 @@ from typing import Any
 
 from django.conf import settings
 
-from controlplane.resources import schema
+from kernel.documents import schema
 
 from .models import MANAGED_BY_LABEL, Watcher
 

@@ -7,8 +7,8 @@ from typing import ClassVar
 from django.core.exceptions import ValidationError
 from django.db import models
 
-from controlplane.models.base import NamespacedResourceModel, dns_label
-from controlplane.resources import schema
+from kernel.documents import schema
+from kernel.models import NamespacedResourceModel, dns_label
 
 MANAGED_BY_LABEL = "operator.kyma-project.io/managed-by"
 DEFAULT_GATEWAY = {"selector": {"matchLabels": {"operator.kyma-project.io/watcher-gateway": "default"}}}

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from controlplane.resources import schema
 from controlplane.resources.kinds import KYMA_API_VERSION
-from controlplane.resources.registry import ResourceKind, register
+from kernel.documents import schema
+from kernel.documents.registry import ResourceKind, register
 
 from .models import GATEWAY_SCHEMA, RESOURCE_TO_WATCH_SCHEMA, SERVICE_INFO_SCHEMA, Watcher, WatcherField
 from .services import watcher_apply

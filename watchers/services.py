@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from controlplane.errors import Conflict
-from controlplane.services.common import deletion_begin, resource_save, stored_spec
+from kernel.errors import Conflict
+from kernel.services import deletion_begin, resource_save, stored_spec
 
 from .models import DEFAULT_GATEWAY, Watcher
 

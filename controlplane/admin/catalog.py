@@ -12,8 +12,7 @@ from django.utils.html import format_html, format_html_join
 
 from controlplane.models import Module, ModuleConfig, SyncResource
 from controlplane.services import modules as module_services
-
-from .common import ResourceAdmin, WriteOnlySecretField, age, secret_state, state_badge
+from kernel.admin import ResourceAdmin, WriteOnlySecretField, age, secret_state, state_badge
 
 
 class ModuleForm(forms.ModelForm):

@@ -11,8 +11,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from controlplane.models import Job, JobStatus
-
-from .common import ReadOnlyAdmin, age, state_badge
+from kernel.admin import ReadOnlyAdmin, age, state_badge
 
 STATUS_STATES = {
     JobStatus.PENDING: "",

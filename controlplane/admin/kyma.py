@@ -15,13 +15,13 @@ from django.utils import timezone
 
 from controlplane.dashboard.kyma import kyma_page
 from controlplane.dashboard.selectors import watcher_silent_after
-from controlplane.errors import ApplicationError
 from controlplane.jobs import services as job_services
 from controlplane.k8s.kubeconfig import parse_kubeconfig
 from controlplane.models import Kyma
 from controlplane.services import kymas as kyma_services
+from kernel.admin import ResourceAdmin, WriteOnlySecretField, age, secret_state, state_badge
+from kernel.errors import ApplicationError
 
-from .common import ResourceAdmin, WriteOnlySecretField, age, secret_state, state_badge
 from .filters import WatcherFilter
 
 # Above this many selected Kymas, "Reconcile now" runs as a job with a progress page.

@@ -12,9 +12,9 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from controlplane.models import ReconcileRecord
+from kernel.admin import ReadOnlyAdmin, admin_link, state_badge
 from listener.models import WatchEventRecord
 
-from .common import ReadOnlyAdmin, admin_link, state_badge
 from .filters import RecordStateFilter
 
 

@@ -12,7 +12,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.errors import ApplicationError, ValidationFailed
 from controlplane.filtersets import (
     KymaFilterSet,
     ModuleConfigFilterSet,
@@ -21,13 +20,13 @@ from controlplane.filtersets import (
 )
 from controlplane.models import Kyma, Module, ModuleConfig, SyncResource
 from controlplane.models.moduleconfig import MODULE_CONFIG_STATUS_SCHEMA
-from controlplane.resources import registry
 from controlplane.resources.kinds import KymaKind, ModuleConfigKind, ModuleKind, SyncResourceKind
-from controlplane.resources.schema import schema_errors
 from controlplane.services import kymas as kyma_services
 from controlplane.services import modules as module_services
-
-from .resources import ERROR_SCHEMA, ResourceReadViewSet, ResourceViewSet, document_schema
+from kernel.api.resources import ERROR_SCHEMA, ResourceReadViewSet, ResourceViewSet, document_schema
+from kernel.documents import registry
+from kernel.documents.schema import schema_errors
+from kernel.errors import ApplicationError, ValidationFailed
 
 KUBECONFIG_STATE = {"type": "object", "properties": {"set": {"type": "boolean"}}}
 RECONCILE_ANSWER = {
@@ -89,7 +88,7 @@ def _kubeconfig_text(request: Request) -> str:
     if isinstance(data, dict) and set(data) == {"kubeconfig"} and isinstance(data["kubeconfig"], str):
         return data["kubeconfig"]
     if isinstance(data, dict) and "clusters" in data:
-        from controlplane.resources.yamlio import dump_yaml
+        from kernel.documents.yamlio import dump_yaml
 
         return dump_yaml([data])
     raise ValidationFailed(

@@ -14,7 +14,7 @@ from typing import Any
 from django.utils import timezone
 
 from controlplane.models import Kyma, ModuleConfig, ReconcileRecord, SyncResource
-from controlplane.resources.yamlio import dump_yaml
+from kernel.documents.yamlio import dump_yaml
 from listener.models import WatchEventRecord
 from pki import services as pki_services
 from pki.models import Certificate, CertificatePurpose

@@ -21,10 +21,10 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 from kombu.exceptions import OperationalError as KombuOperationalError
 
-from controlplane.errors import ApplicationError, ValidationFailed
 from controlplane.models import Job, JobKind, JobStatus, Kyma
 from controlplane.models.jobs import LOG_MAX_CHARS, LOG_MAX_LINES, MESSAGE_MAX_CHARS
 from controlplane.services.reconcile_queue import kyma_reconcile_request
+from kernel.errors import ApplicationError, ValidationFailed
 from pki import services as pki
 from pki.models import Certificate, CertificatePurpose
 

@@ -22,7 +22,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.rest import ApiException
 
-from controlplane.resources.yamlio import load_documents
+from kernel.documents.yamlio import load_documents
 
 APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"

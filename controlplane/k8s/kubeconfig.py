@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlparse
 
-from controlplane.errors import ValidationFailed
-from controlplane.resources.yamlio import DocumentError, load_documents
+from kernel.documents.yamlio import DocumentError, load_documents
+from kernel.errors import ValidationFailed
 
 
 def _named(config: dict[str, Any], section: str, errors: list[tuple[str, str]]) -> dict[str, dict]:

@@ -2,8 +2,8 @@
 
 import controlplane.models.kyma
 import controlplane.models.syncresource
-import controlplane.resources.schema
-import controlplane.sealing
+import kernel.documents.schema
+import kernel.sealing
 import django.core.validators
 import django.db.models.deletion
 import uuid
@@ -32,7 +32,7 @@ class Migration(migrations.Migration):
                         blank=True,
                         default=dict,
                         validators=[
-                            controlplane.resources.schema.SchemaValidator(
+                            kernel.documents.schema.SchemaValidator(
                                 {
                                     "additionalProperties": {
                                         "maxLength": 63,
@@ -56,7 +56,7 @@ class Migration(migrations.Migration):
                         blank=True,
                         default=dict,
                         validators=[
-                            controlplane.resources.schema.SchemaValidator(
+                            kernel.documents.schema.SchemaValidator(
                                 {
                                     "additionalProperties": {"type": "string"},
                                     "propertyNames": {
@@ -94,7 +94,7 @@ class Migration(migrations.Migration):
                         default=dict,
                         help_text='Channel to version, e.g. {"regular": "1.2.0", "fast": "1.3.0"}.',
                         validators=[
-                            controlplane.resources.schema.SchemaValidator(
+                            kernel.documents.schema.SchemaValidator(
                                 {
                                     "additionalProperties": {
                                         "maxLength": 128,
@@ -191,7 +191,7 @@ class Migration(migrations.Migration):
                         default=dict,
                         help_text="Labels, annotations and spec of the CR created when the policy is CreateAndDelete.",
                         validators=[
-                            controlplane.resources.schema.SchemaValidator(
+                            kernel.documents.schema.SchemaValidator(
                                 {
                                     "additionalProperties": False,
                                     "properties": {
@@ -263,7 +263,7 @@ class Migration(migrations.Migration):
                 ),
                 (
                     "notify_secret",
-                    controlplane.sealing.SealedField(
+                    kernel.sealing.SealedField(
                         blank=True, default="", help_text="HMAC key for signing notifications; write-only."
                     ),
                 ),
@@ -307,7 +307,7 @@ class Migration(migrations.Migration):
                         blank=True,
                         default=dict,
                         validators=[
-                            controlplane.resources.schema.SchemaValidator(
+                            kernel.documents.schema.SchemaValidator(
                                 {
                                     "additionalProperties": {
                                         "maxLength": 63,
@@ -331,7 +331,7 @@ class Migration(migrations.Migration):
                         blank=True,
                         default=dict,
                         validators=[
-                            controlplane.resources.schema.SchemaValidator(
+                            kernel.documents.schema.SchemaValidator(
                                 {
                                     "additionalProperties": {"type": "string"},
                                     "propertyNames": {
@@ -415,7 +415,7 @@ class Migration(migrations.Migration):
                 ("skip_maintenance_windows", models.BooleanField(default=False)),
                 (
                     "kubeconfig",
-                    controlplane.sealing.SealedField(
+                    kernel.sealing.SealedField(
                         blank=True, default="", help_text="Encrypted at rest; write-only."
                     ),
                 ),
@@ -441,7 +441,7 @@ class Migration(migrations.Migration):
                         blank=True,
                         default=list,
                         validators=[
-                            controlplane.resources.schema.SchemaValidator(
+                            kernel.documents.schema.SchemaValidator(
                                 {
                                     "items": {
                                         "additionalProperties": False,
@@ -521,7 +521,7 @@ class Migration(migrations.Migration):
                         blank=True,
                         default=dict,
                         validators=[
-                            controlplane.resources.schema.SchemaValidator(
+                            kernel.documents.schema.SchemaValidator(
                                 {
                                     "additionalProperties": {
                                         "maxLength": 63,
@@ -545,7 +545,7 @@ class Migration(migrations.Migration):
                         blank=True,
                         default=dict,
                         validators=[
-                            controlplane.resources.schema.SchemaValidator(
+                            kernel.documents.schema.SchemaValidator(
                                 {
                                     "additionalProperties": {"type": "string"},
                                     "propertyNames": {
@@ -585,7 +585,7 @@ class Migration(migrations.Migration):
                         blank=True,
                         default=dict,
                         validators=[
-                            controlplane.resources.schema.SchemaValidator(
+                            kernel.documents.schema.SchemaValidator(
                                 {
                                     "properties": {
                                         "conditions": {
@@ -689,7 +689,7 @@ class Migration(migrations.Migration):
                         blank=True,
                         default=dict,
                         validators=[
-                            controlplane.resources.schema.SchemaValidator(
+                            kernel.documents.schema.SchemaValidator(
                                 {
                                     "additionalProperties": {
                                         "maxLength": 63,
@@ -713,7 +713,7 @@ class Migration(migrations.Migration):
                         blank=True,
                         default=dict,
                         validators=[
-                            controlplane.resources.schema.SchemaValidator(
+                            kernel.documents.schema.SchemaValidator(
                                 {
                                     "additionalProperties": {"type": "string"},
                                     "propertyNames": {

@@ -1,6 +1,7 @@
 """Core domain models of the control plane."""
 
-from .base import NamespacedResourceModel, ResourceModel
+from kernel.models import NamespacedResourceModel, ResourceModel
+
 from .jobs import Job, JobKind, JobStatus
 from .kyma import Kyma, KymaState
 from .module import Module

@@ -8,10 +8,9 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxLengthValidator, MinLengthValidator, RegexValidator
 from django.db import models
 
-from controlplane.resources import schema
-from controlplane.sealing import SealedField
-
-from .base import NamespacedResourceModel, dns_label, dns_subdomain
+from kernel.documents import schema
+from kernel.models import NamespacedResourceModel, dns_label, dns_subdomain
+from kernel.sealing import SealedField
 
 DEFAULT_NAMESPACE = "kcp-system"
 DEFAULT_CHANNEL = "regular"

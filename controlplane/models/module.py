@@ -7,10 +7,9 @@ from typing import ClassVar
 from django.core.exceptions import ValidationError
 from django.db import models
 
-from controlplane.resources import schema
-from controlplane.sealing import SealedField
-
-from .base import ResourceModel, dns_label, dns_subdomain
+from kernel.documents import schema
+from kernel.models import ResourceModel, dns_label, dns_subdomain
+from kernel.sealing import SealedField
 
 CHANNELS_SCHEMA = {
     "type": "object",

@@ -6,9 +6,8 @@ from typing import ClassVar
 
 from django.db import models, transaction
 
-from controlplane.resources import schema
-
-from .base import NamespacedResourceModel
+from kernel.documents import schema
+from kernel.models import NamespacedResourceModel
 
 MODULE_CONFIG_STATUS_SCHEMA = schema.obj(
     {

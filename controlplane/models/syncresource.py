@@ -7,9 +7,8 @@ from typing import Any, ClassVar
 from django.core.exceptions import ValidationError
 from django.db import models
 
-from controlplane.resources.yamlio import DocumentError, load_documents
-
-from .base import NamespacedResourceModel
+from kernel.documents.yamlio import DocumentError, load_documents
+from kernel.models import NamespacedResourceModel
 
 MAX_MANIFESTS = 500
 MAX_MANIFEST_BYTES = 1024 * 1024

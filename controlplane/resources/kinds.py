@@ -9,16 +9,15 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from controlplane.errors import NotFound, ValidationFailed
 from controlplane.models import Kyma, Module, ModuleConfig, SyncResource
 from controlplane.models.kyma import CHANNEL_SCHEMA, DEFAULT_NAMESPACE, MODULES_SCHEMA
 from controlplane.models.module import CHANNELS_SCHEMA, DEFAULT_CR_SCHEMA
 from controlplane.models.syncresource import ApplyStrategy, DeletionPolicy
 from controlplane.services import kymas as kyma_services
 from controlplane.services import modules as module_services
-
-from . import schema
-from .registry import ResourceKind, register
+from kernel.documents import schema
+from kernel.documents.registry import ResourceKind, register
+from kernel.errors import NotFound, ValidationFailed
 
 KYMA_API_VERSION = "operator.kyma-project.io/v1beta2"
 FLEET_API_VERSION = "controlplane.kyma-project.io/v1alpha1"

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from controlplane.errors import Conflict
 from controlplane.models import Kyma
 from controlplane.models.kyma import MODULE_DEFAULTS
+from kernel.errors import Conflict
+from kernel.services import deletion_begin, resource_save, stored_spec
 
-from .common import deletion_begin, resource_save, stored_spec
 from .reconcile_queue import kyma_reconcile_request
 
 

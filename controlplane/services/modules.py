@@ -6,11 +6,11 @@ from typing import Any
 
 from django.db import transaction
 
-from controlplane.errors import Conflict
 from controlplane.models import Kyma, Module, ModuleConfig, RevisionCounter, SyncResource
 from controlplane.selectors import kyma_ids_using_module
+from kernel.errors import Conflict
+from kernel.services import deletion_begin, resource_save, stored_spec
 
-from .common import deletion_begin, resource_save, stored_spec
 from .reconcile_queue import kyma_reconcile_request
 
 

@@ -32,8 +32,8 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError as KombuOperationalError
 from redis.exceptions import RedisError
 
-from controlplane.errors import QueueUnavailable
 from controlplane.models import Kyma
+from kernel.errors import QueueUnavailable
 
 from .reconcile_flags import flags
 

@@ -13,10 +13,10 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
-from controlplane.errors import ApplicationError, NotFound, ValidationFailed
 from controlplane.k8s.client import RuntimeAPIError, RuntimeClient
 from controlplane.models import Kyma
 from controlplane.reconciler.runtime_kyma import API_VERSION, NAME, NAMESPACE
+from kernel.errors import ApplicationError, NotFound, ValidationFailed
 
 FIELD_MANAGER = "runtime-user"
 

@@ -11,8 +11,8 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
 from controlplane.models import Kyma
-from controlplane.resources.yamlio import dump_yaml
-from controlplane.sealing import Sealed
+from kernel.documents.yamlio import dump_yaml
+from kernel.sealing import Sealed
 from pki import services as pki
 from tests.factories import KymaFactory
 from tests.support.listener import klm_watcher  # stored directly: no fan-out reconcile

@@ -14,7 +14,7 @@ from django.core.management.base import CommandError
 from django.test import override_settings
 
 from controlplane.models import Kyma
-from controlplane.sealing import cipher
+from kernel.sealing import cipher
 from tests.controlplane.test_api import KUBECONFIG
 from tests.controlplane.test_documents import UPSTREAM_KYMA, UPSTREAM_WATCHER
 from tests.factories import KymaFactory

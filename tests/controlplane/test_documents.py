@@ -6,10 +6,10 @@ import base64
 
 import pytest
 
-from controlplane.errors import ApplicationError
 from controlplane.models import Kyma
-from controlplane.resources import registry
-from controlplane.resources.yamlio import dump_yaml, load_documents
+from kernel.documents import registry
+from kernel.documents.yamlio import dump_yaml, load_documents
+from kernel.errors import ApplicationError
 from watchers.models import Watcher
 
 pytestmark = pytest.mark.django_db

@@ -179,7 +179,7 @@ class TestFailures:
         assert job.status == JobStatus.FAILED and job.message.startswith("unexpected error: KeyError")
 
     def test_given_nothing_selected_then_no_job(self, admin_user):
-        from controlplane.errors import ValidationFailed
+        from kernel.errors import ValidationFailed
 
         with pytest.raises(ValidationFailed):
             services.job_reconcile_kymas(kyma_ids=[], user=admin_user)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
-from controlplane.errors import Conflict, ValidationFailed
 from controlplane.models import Kyma, ModuleConfig, SyncResource
 from controlplane.services import kymas, modules
+from kernel.errors import Conflict, ValidationFailed
 from tests.factories import KymaFactory, ModuleFactory, SyncResourceFactory
 
 pytestmark = pytest.mark.django_db

@@ -10,11 +10,11 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from controlplane.errors import QueueUnavailable
 from controlplane.models import Kyma, ReconcileRecord
 from controlplane.services import reconcile_queue as queue
 from controlplane.services.reconcile import LeaseBusy, TooSoon, kyma_reconcile_run
 from controlplane.services.reconcile_flags import flags
+from kernel.errors import QueueUnavailable
 from tests.factories import KymaFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)

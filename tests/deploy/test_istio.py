@@ -10,7 +10,7 @@ import pytest
 from django.conf import settings
 from django.test import override_settings
 
-from controlplane.resources import schema
+from kernel.documents import schema
 from tests.deploy.istio_schema import istio_errors
 from tests.deploy.manifests import BASE, ISTIO, KUBERNETES_VERSION, build, by_kind_name, load, merge_maps
 from watchers import gateway as routing

@@ -14,7 +14,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import override_settings
 
-from controlplane.resources.yamlio import dump_yaml, load_documents
+from kernel.documents.yamlio import dump_yaml, load_documents
 from tests.deploy.istio_schema import istio_errors
 from tests.deploy.manifests import KUBERNETES_VERSION
 from watchers.models import Watcher

@@ -8,8 +8,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from controlplane.resources.registry import DocumentsInvalid, apply_documents
-from controlplane.resources.yamlio import DocumentError, load_documents
+from kernel.documents.registry import DocumentsInvalid, apply_documents
+from kernel.documents.yamlio import DocumentError, load_documents
 
 
 def _sources(paths: list[str]) -> list[tuple[str, str]]:

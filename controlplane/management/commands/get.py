@@ -6,9 +6,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from controlplane.errors import ApplicationError
-from controlplane.resources.registry import ResourceKind, for_name
-from controlplane.resources.yamlio import dump_json, dump_yaml
+from kernel.documents.registry import ResourceKind, for_name
+from kernel.documents.yamlio import dump_json, dump_yaml
+from kernel.errors import ApplicationError
 
 
 def _select(kind: ResourceKind, target: str | None, namespace: str | None) -> list[Any]:

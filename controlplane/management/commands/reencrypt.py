@@ -8,7 +8,7 @@ from django.apps import apps
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from controlplane.sealing import SealedField, SealedSecretError
+from kernel.sealing import SealedField, SealedSecretError
 
 
 class Command(BaseCommand):

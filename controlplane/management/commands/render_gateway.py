@@ -15,8 +15,8 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from controlplane.resources import schema
-from controlplane.resources.yamlio import dump_json, dump_yaml
+from kernel.documents import schema
+from kernel.documents.yamlio import dump_json, dump_yaml
 from watchers import gateway as routing
 from watchers.models import Watcher, WatcherState
 

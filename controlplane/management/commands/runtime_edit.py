@@ -7,9 +7,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from controlplane.errors import ApplicationError
 from controlplane.models import Kyma
 from controlplane.services.runtime_edits import runtime_kyma_edit
+from kernel.errors import ApplicationError
 
 
 class Command(BaseCommand):

@@ -23,12 +23,12 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import close_old_connections
 
-from controlplane.errors import ApplicationError
 from controlplane.models import Kyma, Module, ModuleConfig
-from controlplane.resources.yamlio import dump_yaml
 from controlplane.services import kymas as kyma_services
 from controlplane.services import modules as module_services
 from controlplane.services.runtime_edits import runtime_kyma_edit
+from kernel.documents.yamlio import dump_yaml
+from kernel.errors import ApplicationError
 from pki import services as pki
 from runtime_emulator import EmulatorHost, RuntimeEmulator, crd_manifest
 from runtime_emulator.kubelet import ProcessKubelet

@@ -9,9 +9,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from controlplane.errors import ApplicationError
 from controlplane.models import Kyma
 from controlplane.services.reconcile_queue import kyma_reconcile_request
+from kernel.errors import ApplicationError
 from pki import services
 from pki.models import CertificateAuthority
 

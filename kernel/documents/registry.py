@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from django.db import models, transaction
 
-from controlplane.errors import ApplicationError, ValidationFailed, summarize
+from kernel.errors import ApplicationError, ValidationFailed, summarize
 
 from . import schema
 

@@ -14,7 +14,7 @@ from typing import ClassVar
 from django.core.validators import RegexValidator
 from django.db import models
 
-from controlplane.resources import schema
+from kernel.documents import schema
 
 dns_label = RegexValidator(schema.DNS_LABEL, schema.PATTERN_RULES[schema.DNS_LABEL])
 dns_subdomain = RegexValidator(schema.DNS_SUBDOMAIN, schema.PATTERN_RULES[schema.DNS_SUBDOMAIN])

@@ -11,9 +11,9 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from controlplane.errors import ApplicationError, summarize
-from controlplane.resources.schema import format_path
-from controlplane.sealing import SealedSecretError
+from kernel.documents.schema import format_path
+from kernel.errors import ApplicationError, summarize
+from kernel.sealing import SealedSecretError
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from rest_framework.exceptions import ParseError
 from rest_framework.parsers import BaseParser
 from rest_framework.renderers import BaseRenderer
 
-from controlplane.resources.yamlio import DocumentError, dump_yaml, load_documents
+from kernel.documents.yamlio import DocumentError, dump_yaml, load_documents
 
 
 class YAMLParser(BaseParser):

@@ -7,8 +7,8 @@ from typing import TypeVar
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils import timezone
 
-from controlplane.errors import ValidationFailed
-from controlplane.models.base import ResourceModel
+from kernel.errors import ValidationFailed
+from kernel.models import ResourceModel
 
 M = TypeVar("M", bound=ResourceModel)
 

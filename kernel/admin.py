@@ -13,7 +13,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.timesince import timesince
 
-from controlplane.errors import ApplicationError
+from kernel.errors import ApplicationError
 
 STATE_COLOURS = {
     "Ready": "#1a7f37",

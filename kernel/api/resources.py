@@ -15,8 +15,8 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from controlplane.errors import ValidationFailed
-from controlplane.resources.registry import ResourceKind
+from kernel.documents.registry import ResourceKind
+from kernel.errors import ValidationFailed
 
 ERROR_SCHEMA = {
     "type": "object",
