@@ -28,8 +28,8 @@ from django.db import connection, transaction
 from django.test import Client
 from django.utils import timezone
 
-from controlplane.dashboard.selectors import Window
-from controlplane.models import Job, Kyma, Module, ModuleConfig, ReconcileRecord, SyncResource
+from fleet.dashboard.selectors import Window
+from fleet.models import Job, Kyma, Module, ModuleConfig, ReconcileRecord, SyncResource
 from kernel.sealing import Sealed
 from listener.models import WatchEventRecord
 from pki import services as pki

@@ -20,7 +20,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from rest_framework.authtoken.models import Token
 
-from controlplane.models import Kyma
+from fleet.models import Kyma
 
 STATES = ["Ready"] * 16 + ["Processing", "Warning", "Error", ""]
 CONDITIONS = [

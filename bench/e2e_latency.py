@@ -59,8 +59,8 @@ setup_django("e2e")
 from django.conf import settings
 from django.utils import timezone
 
-from controlplane.models import Kyma, ReconcileRecord
-from controlplane.services.reconcile_queue import kyma_reconcile_request
+from fleet.models import Kyma, ReconcileRecord
+from fleet.services.reconcile_queue import kyma_reconcile_request
 from kernel.documents.yamlio import dump_yaml
 from kernel.sealing import Sealed
 from listener.models import WatchEventRecord

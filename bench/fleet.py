@@ -37,9 +37,9 @@ from django.db import connection
 from django.db.models import Count
 from django.test.utils import CaptureQueriesContext
 
-from controlplane.models import Kyma, Module, ModuleConfig, ReconcileRecord
-from controlplane.services.reconcile import kyma_reconcile_run
-from controlplane.services.reconcile_queue import kyma_reconcile_request
+from fleet.models import Kyma, Module, ModuleConfig, ReconcileRecord
+from fleet.services.reconcile import kyma_reconcile_run
+from fleet.services.reconcile_queue import kyma_reconcile_request
 from kernel.documents.yamlio import dump_yaml
 from kernel.sealing import Sealed
 from pki import services as pki

@@ -49,7 +49,7 @@ if os.environ.get("BENCH_BROKER_URL"):
     os.environ["CELERY_BROKER_URL"] = os.environ["BENCH_BROKER_URL"]
 setup_django("listener")
 
-from controlplane.models import Kyma
+from fleet.models import Kyma
 from pki import services
 from watchers.models import Watcher
 
@@ -179,7 +179,7 @@ def serving(server: subprocess.Popen, port: int) -> Iterator[None]:
 
 def clear_marks() -> None:
     """Forget the "reconcile queued" marks the earlier runs left (nothing consumes their tasks)."""
-    from controlplane.services.reconcile_flags import RedisFlags, flags
+    from fleet.services.reconcile_flags import RedisFlags, flags
 
     store = flags()
     if isinstance(store, RedisFlags):

@@ -22,7 +22,7 @@ setup_django("pki_issue")
 
 from django.utils import timezone
 
-from controlplane.models import Kyma
+from fleet.models import Kyma
 from pki import crypto, services
 from pki.models import Certificate
 

@@ -1,10 +1,10 @@
 from django.apps import AppConfig
 
 
-class ControlplaneConfig(AppConfig):
-    name = "controlplane"
-    verbose_name = "Fleet"
-    default_auto_field = "django.db.models.BigAutoField"
+class ProjectConfig(AppConfig):
+    """The project itself (settings, URLs, Celery app, health, metrics) and its role commands:
+    ``serve`` and ``up``. The label ``controlplane`` belongs to the fleet app (see fleet.apps)."""
 
-    def ready(self) -> None:
-        from .resources import kinds  # noqa: F401 - registers the document kinds
+    name = "controlplane"
+    label = "project"
+    verbose_name = "Control plane"

@@ -26,14 +26,14 @@ def register_fleet_collector(name: str, collect: Callable[[], Iterator[GaugeMetr
 def _kymas() -> Iterator[GaugeMetricFamily]:
     from django.db.models import Count
 
-    from controlplane.models import Kyma, KymaState
+    from fleet.models import Kyma, KymaState
 
     by_state = dict(Kyma.objects.values_list("state").annotate(n=Count("id")).order_by())
     family = GaugeMetricFamily("controlplane_kymas", "Kymas by state", labels=["state"])
     for state in KymaState.values:
         family.add_metric([state or "New"], by_state.get(state, 0))
     yield family
-    from controlplane.services.reconcile_flags import flags
+    from fleet.services.reconcile_flags import flags
 
     queued = flags().queued_count()
     yield GaugeMetricFamily(

@@ -87,6 +87,7 @@ INSTALLED_APPS = [
     "django_celery_beat",
     "kernel",
     "controlplane",
+    "fleet",
     "watchers",
     "pki",
     "listener",

@@ -9,9 +9,9 @@ from . import health
 
 urlpatterns = [
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
-    path("admin/fleet/", include("controlplane.dashboard.urls")),
+    path("admin/fleet/", include("fleet.dashboard.urls")),
     path("admin/", admin.site.urls),
-    path("api/v1/", include("controlplane.api.urls")),
+    path("api/v1/", include("controlplane.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("healthz", health.healthz, name="healthz"),

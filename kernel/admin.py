@@ -117,3 +117,12 @@ def admin_link(obj: Any, label: str | None = None) -> str:
     meta = obj._meta
     url = reverse(f"admin:{meta.app_label}_{meta.model_name}_change", args=[obj.pk])
     return format_html('<a href="{}">{}</a>', url, label if label is not None else str(obj))
+
+
+class RecordAdmin(ReadOnlyAdmin):
+    """No actions and no deletes: housekeeping bounds these tables, people only look."""
+
+    actions = None
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

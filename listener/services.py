@@ -19,8 +19,8 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from controlplane.models import Kyma
-from controlplane.services.reconcile_queue import kyma_reconcile_request_one
+from fleet.models import Kyma
+from fleet.services.reconcile_queue import kyma_reconcile_request_one
 from kernel.errors import ApplicationError, NotFound
 from watchers.models import Watcher
 

@@ -12,11 +12,12 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from controlplane.services.reconcile_queue import kyma_reconcile_request
+from fleet.services.reconcile_queue import kyma_reconcile_request
 from kernel.admin import state_badge
 from kernel.errors import ApplicationError
 
 from . import selectors, services
+from .metrics import EXPIRING_WITHIN, OVERDUE_AFTER
 from .models import Certificate, CertificateAuthority, CertificatePurpose, CertificateStatus
 
 STATUS_STATES = {"valid": "Ready", "renewing": "Processing", "superseded": "", "expired": "Error"}
@@ -92,7 +93,7 @@ class CertificateAuthorityAdmin(ReadOnlyAdmin):
             return HttpResponseRedirect(reverse("admin:pki_certificateauthority_changelist"))
         if request.method == "POST":
             # The rotation is immediate; re-issuing thousands of certificates is a job with a progress page.
-            from controlplane.jobs.services import job_rotate_ca
+            from fleet.jobs.services import job_rotate_ca
 
             try:
                 job = job_rotate_ca(user=request.user)
@@ -130,10 +131,33 @@ class StatusFilter(admin.SimpleListFilter):
         return queryset
 
 
+class CertificateAttentionFilter(admin.SimpleListFilter):
+    """Current certificates that need a look (``?attention=expiring|overdue``), with the same
+    thresholds as the ``controlplane_certificates_expiring_soon`` and
+    ``controlplane_certificate_renewals_overdue`` metrics."""
+
+    title = "needs attention"
+    parameter_name = "attention"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [
+            ("expiring", f"expiring within {EXPIRING_WITHIN.days} days"),
+            ("overdue", "renewal overdue"),
+        ]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        now = timezone.now()
+        if self.value() == "expiring":
+            return queryset & selectors.certificates_expiring(EXPIRING_WITHIN, now)
+        if self.value() == "overdue":
+            return queryset & selectors.renewals_overdue(OVERDUE_AFTER, now)
+        return queryset
+
+
 @admin.register(Certificate)
 class CertificateAdmin(ReadOnlyAdmin):
     list_display = ("common_name", "purpose", "kyma", "sans", "serial_short", "not_after", "status_badge")
-    list_filter = (StatusFilter, "purpose", "issuer")
+    list_filter = (CertificateAttentionFilter, StatusFilter, "purpose", "issuer")
     list_select_related = ("kyma",)
     search_fields = ("common_name", "kyma__name", "serial", "fingerprint")
     readonly_fields = (*READ_ONLY, "purpose", "kyma", "issuer", "dns_names", "renew_after", "superseded_at")

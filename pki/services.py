@@ -27,7 +27,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from controlplane.models import Kyma, RevisionCounter
+from fleet.models import Kyma, RevisionCounter
 from kernel.errors import ApplicationError
 from kernel.sealing import Sealed
 

@@ -6,7 +6,7 @@ import logging
 
 from celery import shared_task
 
-from controlplane.services.reconcile_queue import kyma_reconcile_request
+from fleet.services.reconcile_queue import kyma_reconcile_request
 
 from . import services
 

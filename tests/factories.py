@@ -2,7 +2,7 @@
 
 import factory
 
-from controlplane.models import Kyma, Module, SyncResource
+from fleet.models import Kyma, Module, SyncResource
 from watchers.models import Watcher
 
 SAMPLE_MANIFESTS = """\

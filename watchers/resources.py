@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from controlplane.resources.kinds import KYMA_API_VERSION
+from fleet.resources.kinds import KYMA_API_VERSION
 from kernel.documents import schema
 from kernel.documents.registry import ResourceKind, register
 

@@ -11,7 +11,7 @@ from .models import DEFAULT_GATEWAY, Watcher
 
 
 def _fan_out(reason: str) -> None:
-    from controlplane.tasks import kyma_reconcile_fanout
+    from fleet.tasks import kyma_reconcile_fanout
 
     transaction.on_commit(lambda: kyma_reconcile_fanout.delay(reason))
 
@@ -77,7 +77,7 @@ def watchers_finalize() -> list[str]:
     A Kyma records the Watchers of the webhook configuration it applied (``applied_watchers``);
     the reconciles that the deletion fanned out drop the Watcher from every reachable runtime.
     """
-    from controlplane.models import Kyma
+    from fleet.models import Kyma
 
     deleting = {str(w.uid): w for w in Watcher.objects.filter(deletion_timestamp__isnull=False)}
     if not deleting:

@@ -10,7 +10,7 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
-from controlplane.models import Kyma
+from fleet.models import Kyma
 from kernel.documents.yamlio import dump_yaml
 from kernel.sealing import Sealed
 from pki import services as pki

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import pytest
 
-from controlplane.models import Kyma, ReconcileRecord
+from fleet.models import Kyma, ReconcileRecord
 from listener.models import WatchEventRecord
 from pki import services as pki
 from runtime_emulator.kubelet import ProcessKubelet

@@ -9,10 +9,10 @@ from collections.abc import Callable
 
 import pytest
 
-from controlplane.models import Kyma, ModuleConfig, ReconcileRecord, SyncResource
-from controlplane.services import kymas as kyma_services
-from controlplane.services import modules as module_services
-from controlplane.services.reconcile_queue import kyma_reconcile_request
+from fleet.models import Kyma, ModuleConfig, ReconcileRecord, SyncResource
+from fleet.services import kymas as kyma_services
+from fleet.services import modules as module_services
+from fleet.services.reconcile_queue import kyma_reconcile_request
 from pki import services as pki
 from tests.support.processes import start_worker
 from tests.support.runtimes import connected_kyma, keda_module, klm_watcher
@@ -169,7 +169,7 @@ def test_given_the_pool_process_killed_mid_reconcile_then_the_reconcile_still_co
 def test_given_the_whole_worker_killed_mid_reconcile_then_a_new_worker_completes_it(
     django_db_blocker, runtimes
 ):
-    from controlplane.tasks import reconcile_due
+    from fleet.tasks import reconcile_due
 
     first = start_worker(concurrency=1, RECONCILE_LEASE_SECONDS="2")
     runtime = runtimes()

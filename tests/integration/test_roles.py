@@ -7,9 +7,9 @@ import time
 import pytest
 import requests
 
-from controlplane.models import Kyma
-from controlplane.services.reconcile_queue import reconcile_queued
-from tests.controlplane.test_documents import UPSTREAM_KYMA
+from fleet.models import Kyma
+from fleet.services.reconcile_queue import reconcile_queued
+from tests.fleet.test_documents import UPSTREAM_KYMA
 from tests.support.processes import start_web, start_worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]

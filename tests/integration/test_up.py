@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from controlplane.models import Kyma
+from fleet.models import Kyma
 from listener.models import WatchEventRecord
 from pki import services as pki
 from tests.support.processes import Process, free_port, process_env

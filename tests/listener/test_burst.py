@@ -11,8 +11,8 @@ import time
 import pytest
 from django.db.models import Max, Sum
 
-from controlplane.models import Kyma, ReconcileRecord
-from controlplane.services.reconcile_queue import reconcile_queued
+from fleet.models import Kyma, ReconcileRecord
+from fleet.services.reconcile_queue import reconcile_queued
 from listener.models import WatchEventRecord
 from pki import services
 from tests.factories import KymaFactory

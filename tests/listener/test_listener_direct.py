@@ -9,8 +9,8 @@ import urllib.request
 import pytest
 from django.utils import timezone
 
-from controlplane.models import Kyma
-from controlplane.services.reconcile_flags import flags
+from fleet.models import Kyma
+from fleet.services.reconcile_flags import flags
 from pki import crypto, services
 from tests.factories import KymaFactory, WatcherFactory
 from tests.support.listener import (

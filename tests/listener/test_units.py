@@ -79,7 +79,7 @@ class TestCoverage:
         coverage = services.Coverage()
         task_queue()
         assert coverage.request(kyma.pk) is True
-        from controlplane.services import reconcile_queue
+        from fleet.services import reconcile_queue
 
         reconcile_queue.reconcile_started(kyma.pk)  # even if the mark went away (task started early)...
         assert coverage.request(kyma.pk) is False  # ...the window says the task cannot have started
@@ -91,7 +91,7 @@ class TestCoverage:
         coverage = services.Coverage()
         task_queue()
         assert coverage.request(kyma.pk) is True
-        from controlplane.services import reconcile_queue
+        from fleet.services import reconcile_queue
 
         reconcile_queue.reconcile_started(kyma.pk)
         assert coverage.request(kyma.pk) is True
@@ -108,14 +108,14 @@ class TestCoverage:
         assert kyma.pk not in coverage._until
         asked_at = timezone.now()
         assert coverage.request(kyma.pk) is False
-        from controlplane.services import reconcile_queue
+        from fleet.services import reconcile_queue
 
         assert reconcile_queue.reconcile_started(kyma.pk) >= asked_at + dt.timedelta(seconds=0.2)
 
     def test_given_someone_elses_old_mark_then_no_window_is_assumed(self, settings):
         settings.LISTENER_RECONCILE_DELAY = 0.1
         kyma = KymaFactory()
-        from controlplane.services.reconcile_flags import flags
+        from fleet.services.reconcile_flags import flags
 
         five_seconds_ago = timezone.now() - dt.timedelta(seconds=5)
         flags().claim([kyma.pk], five_seconds_ago, five_seconds_ago)
@@ -146,7 +146,7 @@ def test_given_identical_events_when_flushed_then_one_row_with_a_count():
 
 @pytest.mark.django_db
 def test_given_many_records_when_housekeeping_runs_then_the_newest_n_per_kyma_stay(settings):
-    from controlplane.tasks import housekeeping
+    from fleet.tasks import housekeeping
 
     settings.LISTENER_EVENTS_KEPT = 3
     first, second = KymaFactory(), KymaFactory()

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from controlplane.models import Kyma
+from fleet.models import Kyma
 from pki import services
 from tests.support.processes import Process, free_port, process_env, wait_port
 from watchers.models import Watcher

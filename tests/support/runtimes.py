@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from controlplane.models import Kyma, Module
-from controlplane.services import kymas as kyma_services
+from fleet.models import Kyma, Module
+from fleet.services import kymas as kyma_services
 from kernel.documents.yamlio import dump_yaml
 from runtime_emulator import EmulatorHost, RuntimeEmulator, crd_manifest
 from watchers.services import watcher_apply

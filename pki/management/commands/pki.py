@@ -9,8 +9,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from controlplane.models import Kyma
-from controlplane.services.reconcile_queue import kyma_reconcile_request
+from fleet.models import Kyma
+from fleet.services.reconcile_queue import kyma_reconcile_request
 from kernel.errors import ApplicationError
 from pki import services
 from pki.models import CertificateAuthority

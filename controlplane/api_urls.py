@@ -1,0 +1,22 @@
+"""Routes of ``/api/v1/``: every app's API, on one router (its root lists them all)."""
+
+from django.urls import include, path
+from rest_framework.routers import DefaultRouter
+
+from fleet.api.views import ApplyView, KymaViewSet, ModuleConfigViewSet, ModuleViewSet, SyncResourceViewSet
+from pki.api import CertificateAuthorityViewSet, CertificateViewSet
+from watchers.api import WatcherViewSet
+
+router = DefaultRouter(trailing_slash=True)
+router.register("kymas", KymaViewSet, basename="kyma")
+router.register("watchers", WatcherViewSet, basename="watcher")
+router.register("modules", ModuleViewSet, basename="module")
+router.register("moduleconfigs", ModuleConfigViewSet, basename="moduleconfig")
+router.register("syncresources", SyncResourceViewSet, basename="syncresource")
+router.register("certificates", CertificateViewSet, basename="certificate")
+router.register("certificateauthorities", CertificateAuthorityViewSet, basename="certificateauthority")
+
+urlpatterns = [
+    path("apply/", ApplyView.as_view(), name="apply"),
+    path("", include(router.urls)),
+]

@@ -1,0 +1,51 @@
+"""List filters the fleet dashboard links to: each uses the dashboard's own selector, so the
+number on the dashboard and the length of the list agree."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils import timezone
+
+from fleet.dashboard.selectors import watcher_q, watcher_silent_after
+from fleet.models import KymaState
+
+
+class WatcherFilter(admin.SimpleListFilter):
+    """Kymas by the liveness of their runtime watcher (``?watcher=silent|seen|never``)."""
+
+    title = "runtime watcher"
+    parameter_name = "watcher"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        seconds = int(watcher_silent_after().total_seconds())
+        if not seconds:  # the detection is off
+            return [("seen", "heard at least once"), ("never", "never heard (has a kubeconfig)")]
+        return [
+            ("seen", f"heard within {seconds} s"),
+            ("silent", f"silent for more than {seconds} s"),
+            ("never", "never heard (has a kubeconfig)"),
+        ]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value() in ("seen", "silent", "never"):
+            return queryset.filter(watcher_q(self.value(), timezone.now()))
+        return queryset
+
+
+class RecordStateFilter(admin.SimpleListFilter):
+    """The state a reconcile left, from the fixed list of states (no scan of the records)."""
+
+    title = "resulting state"
+    parameter_name = "state"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(state, label) for state, label in KymaState.choices if state]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value():
+            return queryset.filter(state=self.value())
+        return queryset

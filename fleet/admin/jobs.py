@@ -1,0 +1,106 @@
+"""Admin of jobs: the list, and a job page with a progress bar that follows the work."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+
+from fleet.models import Job, JobStatus
+from kernel.admin import ReadOnlyAdmin, age, state_badge
+
+STATUS_STATES = {
+    JobStatus.PENDING: "",
+    JobStatus.RUNNING: "Processing",
+    JobStatus.COMPLETED: "Ready",
+    JobStatus.FAILED: "Error",
+}
+TARGETS_SHOWN = 20
+
+
+def job_status_badge(job: Job) -> str:
+    return state_badge(STATUS_STATES.get(job.status, ""), job.get_status_display())
+
+
+def progress_bar(job: Job, *, large: bool = False) -> str:
+    """A CSS bar (no script): striped while the amount of work is not known yet."""
+    percent = job.percent
+    width = 100 if percent is None else percent
+    text = f"{job.done} / {job.total}" if job.total else ("…" if not job.is_finished else "—")
+    return format_html(
+        '<span class="cp-progress{}{}" title="{}"><span style="width:{}%"></span></span> <small>{}</small>',
+        " cp-progress-large" if large else "",
+        " cp-progress-unknown" if percent is None and not job.is_finished else "",
+        f"{percent}%" if percent is not None else "progress not known yet",
+        width,
+        text,
+    )
+
+
+@admin.register(Job)
+class JobAdmin(ReadOnlyAdmin):
+    change_form_template = "admin/controlplane/job/change_form.html"
+    list_display = ("__str__", "kind", "status_column", "progress_column", "created_by", "created", "message")
+    list_filter = ("status", "kind")
+    list_select_related = ("created_by",)
+    ordering = ("-created_at", "-id")
+    fields = ("kind", "created_by", "created_at", "started_at", "finished_at", "targets_summary", "result")
+    readonly_fields = fields
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        queryset = super().get_queryset(request)
+        match = getattr(request, "resolver_match", None)
+        if match is not None and match.url_name.endswith("_changelist"):
+            queryset = queryset.defer("log", "targets")  # both can be large; the list needs neither
+        if request.user.has_perm("controlplane.view_job"):
+            return queryset
+        return queryset.filter(created_by=request.user)  # staff follow the jobs they started
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        if super().has_view_permission(request, obj):
+            return True
+        return request.user.is_staff and (obj is None or obj.created_by_id == request.user.pk)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return super().has_delete_permission(request, obj) and (obj is None or obj.is_finished)
+
+    @admin.display(description="Status", ordering="status")
+    def status_column(self, job: Job) -> str:
+        return job_status_badge(job)
+
+    @admin.display(description="Progress")
+    def progress_column(self, job: Job) -> str:
+        return progress_bar(job)
+
+    @admin.display(description="Created", ordering="created_at")
+    def created(self, job: Job) -> str:
+        return age(job.created_at)
+
+    @admin.display(description="Targets")
+    def targets_summary(self, job: Job) -> str:
+        ids = job.targets.get("kyma_ids")
+        if ids is None:
+            return ", ".join(f"{key}: {value}" for key, value in job.targets.items()) or "—"
+        links = format_html_join(
+            ", ",
+            '<a href="{}">{}</a>',
+            ((reverse("admin:controlplane_kyma_change", args=[i]), i) for i in ids[:TARGETS_SHOWN]),
+        )
+        more = f" and {len(ids) - TARGETS_SHOWN} more" if len(ids) > TARGETS_SHOWN else ""
+        return format_html("{} Kyma(s): {}{}", len(ids), links, more)
+
+    def render_change_form(
+        self, request: HttpRequest, context: dict, add: bool = False, change: bool = False, **kwargs: Any
+    ) -> Any:
+        job = context.get("original")
+        if job is not None:
+            context.update(
+                job_status=job_status_badge(job),
+                job_progress=progress_bar(job, large=True),
+                refresh_seconds=2 if not job.is_finished else None,
+            )
+        return super().render_change_form(request, context, add=add, change=change, **kwargs)

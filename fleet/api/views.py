@@ -1,0 +1,219 @@
+"""API views of the core domain."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema, extend_schema_view
+from rest_framework import status
+from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from fleet.filtersets import (
+    KymaFilterSet,
+    ModuleConfigFilterSet,
+    ModuleFilterSet,
+    SyncResourceFilterSet,
+)
+from fleet.models import Kyma, Module, ModuleConfig, SyncResource
+from fleet.models.moduleconfig import MODULE_CONFIG_STATUS_SCHEMA
+from fleet.resources.kinds import KymaKind, ModuleConfigKind, ModuleKind, SyncResourceKind
+from fleet.services import kymas as kyma_services
+from fleet.services import modules as module_services
+from kernel.api.resources import ERROR_SCHEMA, ResourceReadViewSet, ResourceViewSet, document_schema
+from kernel.documents import registry
+from kernel.documents.schema import schema_errors
+from kernel.errors import ApplicationError, ValidationFailed
+
+KUBECONFIG_STATE = {"type": "object", "properties": {"set": {"type": "boolean"}}}
+RECONCILE_ANSWER = {
+    "type": "object",
+    "properties": {"queued": {"type": "boolean"}, "detail": {"type": "string"}},
+}
+
+
+def _kind(cls: type) -> Any:
+    return registry.for_document({"apiVersion": cls.api_version, "kind": cls.kind})
+
+
+@extend_schema_view(**document_schema(_kind(KymaKind), tags=["kymas"]))
+class KymaViewSet(ResourceViewSet):
+    kind = _kind(KymaKind)
+    queryset = Kyma.objects.all()
+    filterset_class = KymaFilterSet
+
+    def delete_object(self, obj: Kyma) -> bool:
+        return kyma_services.kyma_delete(kyma=obj)
+
+    @extend_schema(tags=["kymas"], request=None, responses={202: RECONCILE_ANSWER, 503: ERROR_SCHEMA})
+    @action(detail=True, methods=["post"])
+    def reconcile(self, request: Request, id: str) -> Response:
+        """Queue a reconcile now (coalesced with one already queued)."""
+        if not request.user.has_perm("controlplane.change_kyma"):
+            raise PermissionDenied("you may not reconcile Kymas")
+        kyma = self.get_object()
+        queued = bool(kyma_services.kyma_reconcile_now(kymas=[kyma]))
+        detail = "reconcile queued" if queued else "a reconcile is already queued"
+        return Response({"queued": queued, "detail": detail}, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(
+        tags=["kymas"],
+        methods=["PUT"],
+        request={"application/yaml": {"type": "string"}, "application/json": {"type": "object"}},
+        responses={204: None, 400: ERROR_SCHEMA},
+        description="Set the runtime's kubeconfig (write-only; stored encrypted). "
+        'Body: the kubeconfig as YAML, or JSON {"kubeconfig": "<yaml text>"}.',
+    )
+    @extend_schema(tags=["kymas"], methods=["GET"], responses={200: KUBECONFIG_STATE})
+    @extend_schema(tags=["kymas"], methods=["DELETE"], responses={204: None})
+    @action(detail=True, methods=["get", "put", "delete"])
+    def kubeconfig(self, request: Request, id: str) -> Response:
+        kyma = self.get_object()
+        if request.method == "GET":
+            return Response({"set": bool(kyma.kubeconfig)})
+        if not request.user.has_perm("controlplane.change_kyma"):
+            raise PermissionDenied("you may not change Kymas")
+        if request.method == "DELETE":
+            kyma_services.kyma_set_kubeconfig(kyma=kyma, kubeconfig="")
+            return Response(status=status.HTTP_204_NO_CONTENT)
+        kyma_services.kyma_set_kubeconfig(kyma=kyma, kubeconfig=_kubeconfig_text(request))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+def _kubeconfig_text(request: Request) -> str:
+    data = request.data
+    if isinstance(data, dict) and set(data) == {"kubeconfig"} and isinstance(data["kubeconfig"], str):
+        return data["kubeconfig"]
+    if isinstance(data, dict) and "clusters" in data:
+        from kernel.documents.yamlio import dump_yaml
+
+        return dump_yaml([data])
+    raise ValidationFailed(
+        "expected a kubeconfig",
+        errors=[("kubeconfig", 'send the kubeconfig as YAML, or JSON {"kubeconfig": "<yaml text>"}')],
+    )
+
+
+@extend_schema_view(**document_schema(_kind(ModuleKind), tags=["modules"]))
+class ModuleViewSet(ResourceViewSet):
+    kind = _kind(ModuleKind)
+    queryset = Module.objects.all()
+    filterset_class = ModuleFilterSet
+    ordering = ("name",)
+
+    def delete_object(self, obj: Module) -> bool:
+        module_services.module_delete(module=obj)
+        return True
+
+
+_MODULECONFIG_DOCS = document_schema(
+    _kind(ModuleConfigKind),
+    tags=["moduleconfigs"],
+    descriptions={
+        "list": "Ordered by revision. Module managers catch up with ?since_revision=N "
+        "(N = the highest metadata.resourceVersion they have seen)."
+    },
+)
+
+
+@extend_schema_view(list=_MODULECONFIG_DOCS["list"], retrieve=_MODULECONFIG_DOCS["retrieve"])
+class ModuleConfigViewSet(ResourceReadViewSet):
+    kind = _kind(ModuleConfigKind)
+    queryset = ModuleConfig.objects.all()
+    filterset_class = ModuleConfigFilterSet
+    # Written by the control plane; module managers only report status (the action below).
+    ordering = ("revision",)
+
+    @extend_schema(
+        tags=["moduleconfigs"],
+        request={"application/json": MODULE_CONFIG_STATUS_SCHEMA},
+        responses={200: {"type": "object"}, 400: ERROR_SCHEMA},
+    )
+    @action(detail=True, methods=["put"])
+    def status(self, request: Request, id: str) -> Response:
+        """The module manager reports the state of its module in this runtime."""
+        config = self.get_object()
+        problems = schema_errors(MODULE_CONFIG_STATUS_SCHEMA, request.data, "status")
+        if problems:
+            raise ValidationFailed("invalid status", errors=problems)
+        module_services.moduleconfig_set_status(config=config, status=request.data)
+        config.refresh_from_db()
+        return Response(self.document(config))
+
+
+@extend_schema_view(**document_schema(_kind(SyncResourceKind), tags=["syncresources"]))
+class SyncResourceViewSet(ResourceViewSet):
+    kind = _kind(SyncResourceKind)
+    queryset = SyncResource.objects.all()
+    filterset_class = SyncResourceFilterSet
+
+    def delete_object(self, obj: SyncResource) -> bool:
+        return module_services.syncresource_delete(resource=obj)
+
+
+APPLY_RESULT = {
+    "type": "object",
+    "properties": {
+        "results": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "apiVersion": {"type": "string"},
+                    "kind": {"type": "string"},
+                    "namespace": {"type": "string"},
+                    "name": {"type": "string"},
+                    "uid": {"type": "string"},
+                    "outcome": {"enum": ["created", "configured", "unchanged"]},
+                },
+            },
+        }
+    },
+}
+
+
+class ApplyView(APIView):
+    """``POST /api/v1/apply/``: many documents of any kinds, all applied or none (like kubectl
+    apply -f, but atomic)."""
+
+    # Permissions are per kind, checked below.
+    permission_classes = ()
+
+    @extend_schema(
+        tags=["apply"],
+        request={"application/yaml": {"type": "string"}, "application/json": {"type": "array"}},
+        responses={200: APPLY_RESULT, 400: ERROR_SCHEMA},
+    )
+    def post(self, request: Request) -> Response:
+        if not request.user or not request.user.is_authenticated:
+            raise PermissionDenied("authentication required")
+        docs = request.data if isinstance(request.data, list) else [request.data]
+        for doc in docs:
+            try:
+                kind = registry.for_document(doc)
+            except ApplicationError:
+                continue  # apply_documents reports it with the document's position
+            if kind.appliable:
+                meta = kind.model._meta
+                wanted = [f"{meta.app_label}.{verb}_{meta.model_name}" for verb in ("add", "change")]
+                if not request.user.has_perms(wanted):
+                    raise PermissionDenied(f"you may not apply {kind.plural}")
+        results = registry.apply_documents(docs)
+        return Response(
+            {
+                "results": [
+                    {
+                        "apiVersion": r.kind.api_version,
+                        "kind": r.kind.kind,
+                        "namespace": getattr(r.obj, "namespace", ""),
+                        "name": r.obj.name,
+                        "uid": str(r.obj.uid),
+                        "outcome": r.outcome,
+                    }
+                    for r in results
+                ]
+            }
+        )

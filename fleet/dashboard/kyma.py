@@ -1,0 +1,225 @@
+"""Reads behind a Kyma's admin page: its timeline, modules and runtime-watcher manifests.
+
+Every read is bounded (the newest N rows through the per-Kyma indexes) and the page makes the
+same number of queries whatever the Kyma's history or the fleet's size. Nothing here writes:
+in particular the page never issues a certificate, and never shows a private key.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.utils import timezone
+
+from fleet.models import Kyma, ModuleConfig, ReconcileRecord, SyncResource
+from kernel.documents.yamlio import dump_yaml
+from listener.models import WatchEventRecord
+from pki import services as pki_services
+from pki.models import Certificate, CertificatePurpose
+from watchers.models import Watcher
+from watchers.rendering import redacted, runtime_watcher_resources
+
+EVENTS_SHOWN = 50
+RECONCILES_SHOWN = 50
+CERTIFICATES_SHOWN = 10
+SYNC_RESOURCES_SHOWN = 100
+PLACEHOLDER = b"<no certificate issued yet>"
+
+
+@dataclass(frozen=True)
+class TimelineEntry:
+    """One thing that happened to the Kyma: an event received, a reconcile, a certificate."""
+
+    at: dt.datetime
+    kind: str  # "event" | "reconcile" | "certificate"
+    title: str
+    detail: str = ""
+    state: str = ""  # a Kyma state, for the badge
+    label: str = ""  # the badge's text
+    count: int = 1
+    duration_ms: int | None = None
+
+
+def _event_entry(event: WatchEventRecord) -> TimelineEntry:
+    watched = "/".join(part for part in (event.watched_namespace, event.watched_name) if part)
+    failed = event.outcome == "forward-failed"
+    return TimelineEntry(
+        at=event.received_at,
+        kind="event",
+        title=f"{event.component}: {event.gvk_kind or 'object'} {watched}",
+        detail=event.gvk,
+        state="Error" if failed else "Processing",
+        label=event.outcome,
+        count=event.count,
+    )
+
+
+def _reconcile_entry(record: ReconcileRecord) -> TimelineEntry:
+    writes = f"{record.runtime_writes} runtime write(s)"
+    return TimelineEntry(
+        at=record.started_at,
+        kind="reconcile",
+        title="Reconcile",
+        detail=f"{writes}. {record.message}" if record.message else writes,
+        state=record.state,
+        label=record.state or "—",
+        duration_ms=record.duration_ms,
+    )
+
+
+def _certificate_entries(certificates: list[Certificate]) -> list[TimelineEntry]:
+    """Issued (the oldest shown) or renewed (replacing the one before it), newest first."""
+    entries = []
+    for index, cert in enumerate(certificates):
+        previous = certificates[index + 1] if index + 1 < len(certificates) else None
+        replaces = f", replacing {previous.fingerprint[:23]}…" if previous else ""
+        entries.append(
+            TimelineEntry(
+                at=cert.created_at,
+                kind="certificate",
+                title="Certificate renewed" if previous else "Certificate issued",
+                detail=f"{cert.fingerprint[:23]}…, valid until {cert.not_after:%Y-%m-%d %H:%M} UTC{replaces}",
+                state="Ready" if cert.superseded_at is None else "",
+                label="current" if cert.superseded_at is None else "superseded",
+            )
+        )
+    return entries
+
+
+def kyma_certificates(kyma: Kyma, limit: int = CERTIFICATES_SHOWN) -> list[Certificate]:
+    """The Kyma's newest runtime certificates (keys stay sealed; only the manifests use one)."""
+    return list(
+        Certificate.objects.filter(kyma=kyma, purpose=CertificatePurpose.RUNTIME).order_by(
+            "-created_at", "-id"
+        )[:limit]
+    )
+
+
+def kyma_timeline(kyma: Kyma, certificates: list[Certificate]) -> list[TimelineEntry]:
+    """Events, reconciles and certificates merged, newest first (two queries)."""
+    events = WatchEventRecord.objects.filter(kyma=kyma).order_by("-received_at")[:EVENTS_SHOWN]
+    reconciles = ReconcileRecord.objects.filter(kyma=kyma).order_by("-started_at")[:RECONCILES_SHOWN]
+    entries = [
+        *(_event_entry(event) for event in events),
+        *(_reconcile_entry(record) for record in reconciles),
+        *_certificate_entries(certificates),
+    ]
+    return sorted(entries, key=lambda entry: entry.at, reverse=True)
+
+
+@dataclass
+class SyncSummary:
+    resource: SyncResource
+    state: str
+    counts: dict[str, int]
+    problem: str
+
+
+@dataclass
+class ModuleRow:
+    """One module of the Kyma: wanted (spec), observed (status), configured, synced."""
+
+    name: str
+    spec: dict[str, Any] | None = None
+    status: dict[str, Any] | None = None
+    config: ModuleConfig | None = None
+    syncs: list[SyncSummary] = field(default_factory=list)
+
+
+def _sync_summary(resource: SyncResource) -> SyncSummary:
+    counts: dict[str, int] = {}
+    problem = ""
+    for entry in resource.manifest_status:
+        counts[entry.get("state", "?")] = counts.get(entry.get("state", "?"), 0) + 1
+        if not problem and entry.get("state") == "Failed":
+            problem = f"{entry.get('kind')} {entry.get('name')}: {entry.get('message', '')}"
+    return SyncSummary(resource, resource.state, counts, problem)
+
+
+def kyma_modules(kyma: Kyma) -> list[ModuleRow]:
+    """The Kyma's modules with their ModuleConfig and SyncResources (two queries)."""
+    rows: dict[str, ModuleRow] = {}
+
+    def row(name: str) -> ModuleRow:
+        return rows.setdefault(name, ModuleRow(name=name))
+
+    for module in kyma.module_entries():
+        row(module["name"]).spec = module
+    for status in kyma.module_status or ():
+        if isinstance(status, dict) and status.get("name"):
+            row(status["name"]).status = status
+    configs = (
+        ModuleConfig.objects.filter(kyma=kyma)
+        .select_related("module")
+        .only("id", "name", "namespace", "revision", "status", "updated_at", "module__name")
+    )
+    for config in configs:
+        row(config.module.name).config = config
+    syncs = (
+        SyncResource.objects.filter(kyma=kyma)
+        .select_related("module")
+        .only("id", "name", "namespace", "manifest_status", "deletion_timestamp", "module__name")
+        .order_by("module__name", "name")[:SYNC_RESOURCES_SHOWN]
+    )
+    for resource in syncs:
+        row(resource.module.name).syncs.append(_sync_summary(resource))
+    return sorted(rows.values(), key=lambda r: r.name)
+
+
+@dataclass(frozen=True)
+class WatcherManifests:
+    yaml: str
+    certificate: Certificate | None
+    note: str
+
+
+def active_watchers() -> list[Watcher]:
+    """The Watchers every runtime gets (the reconciler renders the same set)."""
+    return list(Watcher.objects.filter(deletion_timestamp__isnull=True).order_by("namespace", "name"))
+
+
+def kyma_watcher_manifests(kyma: Kyma, certificates: list[Certificate]) -> WatcherManifests:
+    """The runtime-watcher resources as the reconciler renders them, Secret values redacted.
+
+    Uses the Kyma's current certificate when it has one; otherwise placeholders, because issuing
+    a certificate is the reconcile's job, not a page view's.
+    """
+    now = timezone.now()
+    current = next((cert for cert in certificates if cert.superseded_at is None), None)
+    if current is not None:
+        tls = pki_services.runtime_secret_data(current, now=now)
+        note = "due for renewal: the next reconcile replaces it" if current.renew_after <= now else ""
+    else:
+        tls = {
+            "ca.crt": pki_services.ca_bundle_pem(now) or PLACEHOLDER,
+            "tls.crt": PLACEHOLDER,
+            "tls.key": PLACEHOLDER,
+        }
+        why = "" if kyma.skr_domain else " (it needs an SKR domain first)"
+        note = (
+            f"No certificate has been issued for this Kyma yet{why}: the Secret is shown with placeholders."
+        )
+    docs = redacted(runtime_watcher_resources(watchers=active_watchers(), tls=tls))
+    tls.clear()  # drop the private key as soon as the documents are rendered
+    return WatcherManifests(yaml=dump_yaml(docs), certificate=current, note=note)
+
+
+@dataclass
+class KymaPage:
+    timeline: list[TimelineEntry]
+    modules: list[ModuleRow]
+    manifests: WatcherManifests
+    certificates: list[Certificate]
+
+
+def kyma_page(kyma: Kyma) -> KymaPage:
+    """What the Kyma's admin page shows beyond its fields (seven queries, whatever the history)."""
+    certificates = kyma_certificates(kyma)
+    return KymaPage(
+        timeline=kyma_timeline(kyma, certificates),
+        modules=kyma_modules(kyma),
+        manifests=kyma_watcher_manifests(kyma, certificates),
+        certificates=certificates,
+    )

@@ -1,0 +1,214 @@
+"""Reads behind the fleet dashboard: a fixed number of aggregate queries, whatever the fleet size.
+
+Every figure here has a matching admin list filter (the same ``Q`` objects or time bounds), so a
+number on the dashboard and the list it links to always agree.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.db.models import Count, IntegerField, Q, QuerySet, Sum, Value
+from django.utils import timezone
+
+from fleet.models import Job, Kyma, KymaState, ReconcileRecord
+from listener.models import WatchEventRecord
+from pki import selectors as pki_selectors
+from pki.metrics import EXPIRING_WITHIN, OVERDUE_AFTER
+
+WINDOW_MINUTES = 60
+LATENCY_SAMPLE = 2000
+FAILING_SHOWN = 20
+JOBS_SHOWN = 5
+FAILING_FIELDS = (
+    "id",
+    "namespace",
+    "name",
+    "runtime_id",
+    "state",
+    "conditions",
+    "last_operation",
+    "last_reconcile_at",
+    "error_streak",
+    "updated_at",
+)
+
+
+def watcher_silent_after() -> dt.timedelta:
+    """How long a runtime watcher may stay unheard before it counts as silent (0: never)."""
+    return dt.timedelta(seconds=settings.WATCHER_SILENT_AFTER)
+
+
+def watcher_q(kind: str, now: dt.datetime) -> Q:
+    """Kymas whose runtime watcher is ``seen`` (heard within the window), ``silent`` (heard
+    before, not since) or ``never`` heard although the Kyma has a kubeconfig. Kymas being
+    deleted are left out: their watcher is being removed on purpose."""
+    window = watcher_silent_after()
+    alive = Q(deletion_timestamp__isnull=True)
+    if not window:  # the detection is off: heard once counts as seen
+        if kind == "seen":
+            return alive & Q(watcher_last_seen_at__isnull=False)
+        if kind == "silent":
+            return Q(pk__in=[])
+    cutoff = now - window
+    if kind == "seen":
+        return alive & Q(watcher_last_seen_at__gte=cutoff)
+    if kind == "silent":
+        return alive & Q(watcher_last_seen_at__lt=cutoff)
+    if kind == "never":
+        return alive & Q(watcher_last_seen_at__isnull=True) & ~Q(kubeconfig="")
+    raise ValueError(f"unknown watcher state {kind!r}")
+
+
+@dataclass(frozen=True)
+class Window:
+    """The last hour in whole minutes: ``start`` is a minute boundary, the last minute is running."""
+
+    start: dt.datetime
+    minutes: int
+
+    @classmethod
+    def ending(cls, now: dt.datetime, minutes: int = WINDOW_MINUTES) -> Window:
+        current = now.replace(second=0, microsecond=0)
+        return cls(start=current - dt.timedelta(minutes=minutes - 1), minutes=minutes)
+
+    def minute(self, index: int) -> dt.datetime:
+        return self.start + dt.timedelta(minutes=index)
+
+
+def per_minute(queryset: QuerySet, column: str, window: Window, *, total: str | None = None) -> list[int]:
+    """Rows (or the sum of ``total``) per minute of the window, oldest minute first.
+
+    One statement made of one index range per minute (``UNION ALL``). A ``GROUP BY`` of a
+    minute expression computes that expression for every row of the hour and sorts them all;
+    at fleet scale (160,000 events an hour) that took four times as long as these 60 seeks.
+    """
+    aggregate = Sum(total) if total else Count("pk")
+    parts = [
+        queryset.filter(**{f"{column}__gte": window.minute(index), f"{column}__lt": window.minute(index + 1)})
+        .order_by()
+        .annotate(bucket=Value(index, output_field=IntegerField()))
+        .values("bucket")
+        .annotate(value=aggregate)
+        .values_list("bucket", "value")
+        for index in range(window.minutes)
+    ]
+    values = [0] * window.minutes
+    for bucket, value in parts[0].union(*parts[1:], all=True):
+        values[bucket] = value or 0
+    return values
+
+
+def percentile(ordered: list[int], pct: float) -> int | None:
+    if not ordered:
+        return None
+    return ordered[min(len(ordered) - 1, round(pct / 100 * (len(ordered) - 1)))]
+
+
+@dataclass(frozen=True)
+class Latency:
+    p50: int | None
+    p95: int | None
+    sample: int
+
+
+def reconcile_latency(since: dt.datetime, limit: int = LATENCY_SAMPLE) -> Latency:
+    """Duration percentiles of the most recent reconciles since ``since`` (at most ``limit``)."""
+    durations = sorted(
+        ReconcileRecord.objects.filter(started_at__gte=since)
+        .order_by("-started_at")
+        .values_list("duration_ms", flat=True)[:limit]
+    )
+    return Latency(percentile(durations, 50), percentile(durations, 95), len(durations))
+
+
+def kyma_state_counts() -> dict[str, int]:
+    counts = dict(Kyma.objects.values_list("state").annotate(n=Count("id")).order_by())
+    return {state: counts.get(state, 0) for state in KymaState.values}
+
+
+def watcher_counts(now: dt.datetime) -> dict[str, int]:
+    return Kyma.objects.aggregate(
+        **{kind: Count("id", filter=watcher_q(kind, now)) for kind in ("silent", "never")}
+    )
+
+
+@dataclass(frozen=True)
+class FailingRuntime:
+    kyma: Kyma
+    reason: str
+    message: str
+    since: str
+
+
+def error_condition(kyma: Kyma) -> tuple[str, str, str]:
+    """(reason, message, since) of the condition that explains an Error: the first one not True."""
+    for condition in kyma.conditions or ():
+        if condition.get("status") != "True":
+            return (
+                condition.get("reason", ""),
+                condition.get("message", ""),
+                condition.get("lastTransitionTime", ""),
+            )
+    operation = kyma.last_operation or {}
+    return "", operation.get("operation", ""), operation.get("lastUpdateTime", "")
+
+
+def failing_runtimes(limit: int = FAILING_SHOWN) -> list[FailingRuntime]:
+    """Kymas in state Error, the most recently reconciled first."""
+    kymas = (
+        Kyma.objects.filter(state=KymaState.ERROR)
+        .only(*FAILING_FIELDS)
+        .order_by("-last_reconcile_at", "-updated_at", "-id")[:limit]
+    )
+    return [FailingRuntime(kyma, *error_condition(kyma)) for kyma in kymas]
+
+
+@dataclass
+class FleetOverview:
+    """Everything the dashboard shows, read at ``now``."""
+
+    now: dt.datetime
+    window: Window
+    states: dict[str, int]
+    watchers: dict[str, int]
+    events: list[int]
+    reconciles: list[int]
+    latency: Latency
+    certificates_expiring: int
+    renewals_overdue: int
+    failing: list[FailingRuntime]
+    jobs: list[Job] = field(default_factory=list)
+
+    @property
+    def kymas(self) -> int:
+        return sum(self.states.values())
+
+    @property
+    def events_total(self) -> int:
+        return sum(self.events)
+
+    @property
+    def reconciles_total(self) -> int:
+        return sum(self.reconciles)
+
+
+def fleet_overview(now: dt.datetime | None = None) -> FleetOverview:
+    """The dashboard's figures: nine queries, each an aggregate or a short bounded list."""
+    now = now or timezone.now()
+    window = Window.ending(now)
+    return FleetOverview(
+        now=now,
+        window=window,
+        states=kyma_state_counts(),
+        watchers=watcher_counts(now),
+        events=per_minute(WatchEventRecord.objects.all(), "received_at", window, total="count"),
+        reconciles=per_minute(ReconcileRecord.objects.all(), "started_at", window),
+        latency=reconcile_latency(window.start),
+        certificates_expiring=pki_selectors.certificates_expiring(EXPIRING_WITHIN, now).count(),
+        renewals_overdue=pki_selectors.renewals_overdue(OVERDUE_AFTER, now).count(),
+        failing=failing_runtimes(),
+        jobs=list(Job.objects.select_related("created_by").defer("targets", "log")[:JOBS_SHOWN]),
+    )

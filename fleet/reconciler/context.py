@@ -1,0 +1,125 @@
+"""What one reconcile carries from step to step, and how its outcome becomes a Kyma status.
+
+Steps record conditions and module states here; nothing is written to the database until the
+engine compares the result with the stored status at the end (one write, or none).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+from fleet.k8s.client import RuntimeClient
+from fleet.models import Kyma, KymaState
+
+TRUE, FALSE, UNKNOWN = "True", "False", "Unknown"
+CONDITION_TYPES = ("Runtime", "SKRWebhook", "ModuleCatalog", "Modules", "SyncResources", "WatcherHeartbeat")
+# Conditions whose False makes the Kyma Warning rather than Processing: the runtime is in sync, but
+# something needs attention (e.g. a silent runtime watcher).
+WARNING_CONDITIONS = frozenset({"WatcherHeartbeat"})
+
+
+class LeaseLost(Exception):
+    """Another worker took over this Kyma (our lease expired): stop without writing."""
+
+
+@dataclass
+class ModuleOutcome:
+    name: str
+    state: str
+    channel: str = ""
+    version: str = ""
+    message: str = ""
+    resource: dict[str, Any] | None = None
+    policy: str = ""
+
+    def status(self) -> dict[str, Any]:
+        entry: dict[str, Any] = {"name": self.name, "state": self.state}
+        for key in ("channel", "version", "message"):
+            if getattr(self, key):
+                entry[key] = getattr(self, key)
+        if self.resource:
+            entry["resource"] = self.resource
+            entry["customResourcePolicy"] = self.policy or "CreateAndDelete"
+        return entry
+
+
+@dataclass
+class ReconcileContext:
+    kyma: Kyma
+    now: dt.datetime
+    client: RuntimeClient | None = None
+    conditions: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+    modules: list[ModuleOutcome] = field(default_factory=list)
+    fatal: str = ""  # a reason that makes the whole Kyma Error (unreachable, no kubeconfig, ...)
+    messages: list[str] = field(default_factory=list)
+    heartbeat: Any = None  # callable extending the lease between steps
+    remote_kyma: dict[str, Any] | None = None  # the runtime's Kyma as the reconcile left it
+    dropped: set[str] = field(default_factory=set)  # condition types that no longer apply
+    recheck_at: dt.datetime | None = None  # reconcile again no later than this
+
+    def condition(self, type_: str, status: str, reason: str, message: str = "") -> None:
+        self.conditions[type_] = (status, reason, message)
+        self.dropped.discard(type_)
+
+    def drop_condition(self, type_: str) -> None:
+        """Remove a condition from the status (what it watched is gone)."""
+        self.conditions.pop(type_, None)
+        self.dropped.add(type_)
+
+    def recheck(self, at: dt.datetime) -> None:
+        """Ask for the next reconcile no later than ``at`` (e.g. when a grace period ends)."""
+        self.recheck_at = at if self.recheck_at is None else min(self.recheck_at, at)
+
+    def step(self) -> None:
+        """Between steps: keep the lease, or stop if it was lost."""
+        if self.heartbeat is not None and not self.heartbeat():
+            raise LeaseLost(f"lease of Kyma {self.kyma.key} lost")
+
+    @property
+    def runtime_writes(self) -> int:
+        return self.client.counts.writes if self.client is not None else 0
+
+
+def derive_state(ctx: ReconcileContext) -> str:
+    """Upstream's rule, plus errors of our own: any module Error, or a fatal problem → Error; any
+    module Warning → Warning; any module Processing or any condition not True → Processing; a
+    warning condition (``WARNING_CONDITIONS``) False → Warning; else Ready."""
+    if ctx.kyma.is_deleting:
+        return KymaState.ERROR if ctx.fatal else KymaState.DELETING
+    states = {m.state for m in ctx.modules}
+    if ctx.fatal or KymaState.ERROR in states:
+        return KymaState.ERROR
+    if KymaState.WARNING in states:
+        return KymaState.WARNING
+    others = [status for type_, (status, _, _) in ctx.conditions.items() if type_ not in WARNING_CONDITIONS]
+    if KymaState.PROCESSING in states or any(status != TRUE for status in others):
+        return KymaState.PROCESSING
+    if any(ctx.conditions[type_][0] == FALSE for type_ in WARNING_CONDITIONS & ctx.conditions.keys()):
+        return KymaState.WARNING
+    return KymaState.READY
+
+
+def merged_conditions(previous: list[dict], ctx: ReconcileContext, generation: int) -> list[dict]:
+    """New conditions, keeping ``lastTransitionTime`` when a status did not change, and keeping
+    conditions this reconcile could not evaluate (e.g. the runtime was unreachable)."""
+    by_type = {c["type"]: c for c in previous if c["type"] not in ctx.dropped}
+    timestamp = ctx.now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    for type_, (status, reason, message) in ctx.conditions.items():
+        old = by_type.get(type_)
+        since = old["lastTransitionTime"] if old and old.get("status") == status else timestamp
+        by_type[type_] = {
+            "type": type_,
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": since,
+            "observedGeneration": generation,
+        }
+    order = {name: index for index, name in enumerate(CONDITION_TYPES)}
+    return sorted(by_type.values(), key=lambda c: (order.get(c["type"], 99), c["type"]))
+
+
+def comparable(conditions: list[dict]) -> list[tuple]:
+    return [(c["type"], c["status"], c.get("reason", ""), c.get("message", "")) for c in conditions]

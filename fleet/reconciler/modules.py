@@ -1,0 +1,186 @@
+"""Modules in a runtime: their custom resources, ModuleConfigs for the managers, and states.
+
+For each module enabled in the Kyma: the catalog says which CR it has and which version the
+channel gives. With policy CreateAndDelete the control plane creates the default CR when it is
+missing (and deletes it when the module is removed); either way the CR's spec is copied into the
+module's ModuleConfig, whose revision moves only on a real change (and then the module's manager
+is notified). The module's state comes from its manager's report (ModuleConfig status), else from
+the CR's ``status.state``, else it is Processing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fleet.k8s.client import Gone
+from fleet.models import KymaState, Module, ModuleConfig
+from fleet.services import modules as module_services
+
+from .context import FALSE, TRUE, ModuleOutcome, ReconcileContext
+
+MANAGED_BY = {"operator.kyma-project.io/managed-by": "kyma"}
+
+
+def module_resource(module: Module, kyma_runtime_id: str) -> dict[str, Any]:
+    default = module.default_cr or {}
+    metadata = default.get("metadata") or {}
+    return {
+        "apiVersion": module.cr_api_version,
+        "kind": module.cr_kind,
+        "metadata": {
+            "name": metadata.get("name") or module.cr_name,
+            "namespace": metadata.get("namespace") or module.cr_namespace,
+            "labels": {
+                **(metadata.get("labels") or {}),
+                **MANAGED_BY,
+                "operator.kyma-project.io/module-name": module.name,
+                "kyma-project.io/runtime-id": kyma_runtime_id,
+            },
+            **({"annotations": metadata["annotations"]} if metadata.get("annotations") else {}),
+        },
+        "spec": default.get("spec") or {},
+    }
+
+
+def _tracking(doc: dict[str, Any]) -> dict[str, Any]:
+    meta = doc["metadata"]
+    return {
+        "apiVersion": doc["apiVersion"],
+        "kind": doc["kind"],
+        "name": meta["name"],
+        "namespace": meta.get("namespace", ""),
+    }
+
+
+def _state_of(config: ModuleConfig | None, live: dict[str, Any]) -> tuple[str, str]:
+    reported = (config.status if config else {}) or {}
+    if reported.get("state"):
+        return reported["state"], reported.get("message", "")
+    observed = (live.get("status") or {}).get("state")
+    if observed in KymaState.values and observed:
+        return observed, ""
+    return KymaState.PROCESSING, "waiting for the module to report its state"
+
+
+def sync(ctx: ReconcileContext) -> list[int]:
+    """Reconcile every module of the Kyma; returns ids of ModuleConfigs that changed."""
+    kyma = ctx.kyma
+    entries = kyma.module_entries()
+    catalog = {m.name: m for m in Module.objects.filter(name__in=[e["name"] for e in entries])}
+    configs = {c.module_id: c for c in ModuleConfig.objects.filter(kyma=kyma).select_related("module")}
+    changed: list[int] = []
+    missing = []
+    for entry in entries:
+        name = entry["name"]
+        module = catalog.get(name)
+        channel = entry.get("channel") or kyma.channel
+        if module is None:
+            missing.append(name)
+            ctx.modules.append(
+                ModuleOutcome(name, KymaState.ERROR, channel, message="not in the module catalog")
+            )
+            continue
+        version = module.version_for(channel)
+        if version is None:
+            missing.append(f"{name}@{channel}")
+            ctx.modules.append(
+                ModuleOutcome(
+                    name,
+                    KymaState.ERROR,
+                    channel,
+                    message=f"the catalog has no version of {name} in channel {channel}",
+                )
+            )
+            continue
+        if not entry.get("managed", True):
+            ctx.modules.append(ModuleOutcome(name, KymaState.READY, channel, version, "not managed"))
+            continue
+        outcome = _one(ctx, module, entry, channel, version, configs.get(module.pk), changed)
+        outcome.policy = entry.get("customResourcePolicy", "CreateAndDelete")
+        ctx.modules.append(outcome)
+    if missing:
+        ctx.condition(
+            "ModuleCatalog", FALSE, "ModuleNotInCatalog", "unknown in the catalog: " + ", ".join(missing)
+        )
+    else:
+        ctx.condition("ModuleCatalog", TRUE, "Ready", "every module is in the catalog")
+    _remove_dropped(ctx, {e["name"] for e in entries}, configs)
+    bad = [m.name for m in ctx.modules if m.state != KymaState.READY]
+    if bad:
+        ctx.condition("Modules", FALSE, "ModulesNotReady", "not ready: " + ", ".join(sorted(bad)))
+    else:
+        ctx.condition("Modules", TRUE, "Ready", "all modules are ready")
+    return changed
+
+
+def _one(
+    ctx: ReconcileContext,
+    module: Module,
+    entry: dict,
+    channel: str,
+    version: str,
+    config: ModuleConfig | None,
+    changed: list[int],
+) -> ModuleOutcome:
+    doc = module_resource(module, ctx.kyma.runtime_id)
+    meta = doc["metadata"]
+    try:
+        live = ctx.client.get(doc["apiVersion"], doc["kind"], meta["name"], meta["namespace"])
+        if live is None and entry.get("customResourcePolicy") == "CreateAndDelete":
+            live = ctx.client.apply(doc)
+    except Gone as exc:
+        return ModuleOutcome(
+            module.name,
+            KymaState.PROCESSING,
+            channel,
+            version,
+            f"waiting for the module's resource type: {exc.message}",
+            _tracking(doc),
+        )
+    if live is None:
+        return ModuleOutcome(
+            module.name,
+            KymaState.PROCESSING,
+            channel,
+            version,
+            "waiting for the module's custom resource (policy Ignore)",
+            _tracking(doc),
+        )
+    live_meta = live.get("metadata") or {}
+    config, was_changed = module_services.moduleconfig_upsert(
+        kyma=ctx.kyma,
+        module=module,
+        spec=live.get("spec") or {},
+        source_generation=live_meta.get("generation", 0),
+        source_resource_version=live_meta.get("resourceVersion", ""),
+    )
+    if was_changed:
+        changed.append(config.pk)
+    state, message = _state_of(config, live)
+    return ModuleOutcome(module.name, state, channel, version, message, _tracking(doc))
+
+
+def _remove_dropped(ctx: ReconcileContext, enabled: set[str], configs: dict[int, ModuleConfig]) -> None:
+    """Modules no longer in the spec: delete the CRs the control plane created, drop their configs."""
+    for entry in ctx.kyma.module_status:
+        if entry.get("name") in enabled or not entry.get("resource"):
+            continue
+        resource = entry["resource"]
+        policy = entry.get("customResourcePolicy", "CreateAndDelete")
+        if policy == "CreateAndDelete":
+            ctx.client.delete(
+                resource["apiVersion"], resource["kind"], resource["name"], resource.get("namespace")
+            )
+    dropped = [c.pk for c in configs.values() if c.module.name not in enabled]
+    if dropped:
+        ModuleConfig.objects.filter(pk__in=dropped).delete()
+
+
+def remove_all(ctx: ReconcileContext) -> None:
+    """On Kyma deletion: delete the module CRs the control plane created."""
+    for entry in ctx.kyma.module_status:
+        resource = entry.get("resource")
+        if resource and entry.get("customResourcePolicy", "CreateAndDelete") == "CreateAndDelete":
+            ctx.client.delete(
+                resource["apiVersion"], resource["kind"], resource["name"], resource.get("namespace")
+            )

@@ -1,0 +1,141 @@
+"""The runtime's own Kyma (``kyma-system/default``): the object users edit inside their runtime.
+
+The control plane creates it from its copy. Afterwards each side's changes flow to the other by
+generation: a change the user made in the runtime (its generation moved since our last sync)
+replaces the control plane's ``spec.modules``/``spec.channel``; a change made in the control plane
+(its generation moved since our last push) is applied to the runtime. If both moved, the runtime
+wins: that is where the user edited. Its status mirrors the control plane's view of the Kyma.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from fleet.models import Kyma
+from fleet.models.kyma import MODULE_DEFAULTS
+from fleet.services import kymas as kyma_services
+
+from .context import ReconcileContext
+
+NAMESPACE = "kyma-system"
+NAME = "default"
+API_VERSION = "operator.kyma-project.io/v1beta2"
+CRD_NAME = "kymas.operator.kyma-project.io"
+HASH_ANNOTATION = "controlplane.kyma-project.io/content-hash"
+LABELS = {"operator.kyma-project.io/watched-by": "kyma", "operator.kyma-project.io/managed-by": "kyma"}
+
+
+def kyma_crd() -> dict[str, Any]:
+    """The Kyma CRD the runtime needs to store its Kyma (the control plane installs it, as upstream)."""
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": CRD_NAME, "labels": {"operator.kyma-project.io/managed-by": "kyma"}},
+        "spec": {
+            "group": "operator.kyma-project.io",
+            "names": {"kind": "Kyma", "listKind": "KymaList", "plural": "kymas", "singular": "kyma"},
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": "v1beta2",
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
+        },
+    }
+    digest = hashlib.sha256(json.dumps(crd, sort_keys=True).encode()).hexdigest()[:20]
+    crd["metadata"]["annotations"] = {HASH_ANNOTATION: digest}
+    return crd
+
+
+def ensure_crd(ctx: ReconcileContext) -> None:
+    crd = kyma_crd()
+    live = ctx.client.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", CRD_NAME)
+    wanted = crd["metadata"]["annotations"][HASH_ANNOTATION]
+    if live is None or live.get("metadata", {}).get("annotations", {}).get(HASH_ANNOTATION) != wanted:
+        ctx.client.apply(crd)
+
+
+def desired(kyma: Kyma) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "Kyma",
+        "metadata": {
+            "name": NAME,
+            "namespace": NAMESPACE,
+            "labels": {**LABELS, "kyma-project.io/runtime-id": kyma.runtime_id},
+        },
+        "spec": {"channel": kyma.channel, "modules": kyma.module_entries()},
+    }
+
+
+def _spec_of(live: dict[str, Any]) -> tuple[str, list]:
+    spec = live.get("spec") or {}
+    return spec.get("channel", "regular"), list(spec.get("modules") or [])
+
+
+def sync(ctx: ReconcileContext) -> dict[str, Any]:
+    """Create or reconcile the runtime's Kyma; returns it as it is now in the runtime."""
+    kyma, client = ctx.kyma, ctx.client
+    live = client.get(API_VERSION, "Kyma", NAME, NAMESPACE)
+    if live is None:
+        client.ensure_namespace(NAMESPACE)  # (the Kyma lives there: no need to look while it exists)
+        live = client.apply(desired(kyma))
+        _record(kyma, live, pushed=kyma.generation)
+        return live
+    live_generation = live.get("metadata", {}).get("generation", 0)
+    if live_generation != kyma.runtime_kyma_generation:
+        channel, modules = _spec_of(live)
+        normalized = [{**MODULE_DEFAULTS, **m} if isinstance(m, dict) else m for m in modules]
+        if (channel, normalized) != (kyma.channel, kyma.module_entries()):
+            _adopt(ctx, channel, modules)
+        _record(kyma, live, pushed=kyma.generation)
+    elif kyma.generation != kyma.pushed_generation:
+        live = client.apply(desired(kyma))
+        _record(kyma, live, pushed=kyma.generation)
+    labels = live.get("metadata", {}).get("labels") or {}
+    if any(labels.get(key) != value for key, value in desired(kyma)["metadata"]["labels"].items()):
+        live = client.apply({**desired(kyma), "spec": live.get("spec", {})})
+        _record(kyma, live, pushed=kyma.generation)
+    return live
+
+
+def _adopt(ctx: ReconcileContext, channel: str, modules: list) -> None:
+    """The user changed the runtime's Kyma: the control plane's copy follows."""
+    kyma = ctx.kyma
+    kyma.channel, kyma.modules = channel, modules
+    try:
+        kyma_services.kyma_save(kyma, reconcile=False)  # this reconcile goes on with the new spec
+    except Exception as exc:
+        kyma.refresh_from_db()
+        ctx.condition(
+            "Modules", "False", "InvalidRuntimeSpec", f"the runtime's Kyma spec was rejected: {exc}"
+        )
+        ctx.messages.append(f"runtime Kyma spec rejected: {exc}")
+    else:
+        ctx.messages.append("adopted spec changes made in the runtime")
+
+
+def _record(kyma: Kyma, live: dict[str, Any], *, pushed: int) -> None:
+    kyma.runtime_kyma_generation = live.get("metadata", {}).get("generation", 0)
+    kyma.pushed_generation = pushed
+    Kyma.objects.filter(pk=kyma.pk).update(
+        runtime_kyma_generation=kyma.runtime_kyma_generation, pushed_generation=kyma.pushed_generation
+    )
+
+
+def mirror_status(ctx: ReconcileContext, live: dict[str, Any], status: dict[str, Any]) -> None:
+    """Show the control plane's view in the runtime's Kyma status (written only on change)."""
+    current = live.get("status") or {}
+    if any(current.get(key) != value for key, value in status.items()):
+        ctx.client.patch_status(API_VERSION, "Kyma", NAME, NAMESPACE, status)

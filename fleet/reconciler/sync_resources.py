@@ -1,0 +1,171 @@
+"""SyncResources: manifests module managers want in a runtime, applied by strategy.
+
+ServerSideApply applies a manifest when the runtime's object is missing or carries another
+content hash; CreateOnly creates a missing object and never touches an existing one; ReadOnly only
+observes. Manifests that left a SyncResource are pruned from the runtime unless the deletion policy
+is Orphan (read-only objects are never deleted). Each manifest's outcome is recorded; the
+SyncResource row is written only when that record changed.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from typing import Any
+
+from fleet.k8s.client import RuntimeAPIError, Temporary
+from fleet.models import ApplyStrategy, DeletionPolicy, ManifestState, SyncResource
+
+from .context import FALSE, TRUE, ModuleOutcome, ReconcileContext
+
+HASH_ANNOTATION = "controlplane.kyma-project.io/content-hash"
+OWNER_ANNOTATION = "controlplane.kyma-project.io/sync-resource"
+FINALIZER = "controlplane.kyma-project.io/sync-resource"
+# Cluster-wide and namespace objects first, so what lives in them can be created.
+ORDER = {"CustomResourceDefinition": 0, "Namespace": 1}
+
+
+def identity(entry: dict[str, Any]) -> tuple[str, str, str, str]:
+    return entry["apiVersion"], entry["kind"], entry.get("namespace") or "", entry["name"]
+
+
+def prepared(doc: dict[str, Any], resource: SyncResource) -> dict[str, Any]:
+    doc = copy.deepcopy(doc)
+    meta = doc.setdefault("metadata", {})
+    meta.setdefault("labels", {})["operator.kyma-project.io/managed-by"] = "kyma"
+    annotations = meta.setdefault("annotations", {})
+    annotations[OWNER_ANNOTATION] = f"{resource.namespace}/{resource.name}"
+    annotations.pop(HASH_ANNOTATION, None)
+    annotations[HASH_ANNOTATION] = hashlib.sha256(
+        json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()[:20]
+    return doc
+
+
+def _entry(doc: dict[str, Any], state: str, message: str, applied_at: str | None) -> dict[str, Any]:
+    meta = doc["metadata"]
+    entry = {
+        "apiVersion": doc["apiVersion"],
+        "kind": doc["kind"],
+        "name": meta["name"],
+        "namespace": meta.get("namespace", ""),
+        "state": state,
+        "hash": meta["annotations"][HASH_ANNOTATION],
+    }
+    if message:
+        entry["message"] = message
+    if applied_at:
+        entry["lastAppliedTime"] = applied_at
+    return entry
+
+
+def _sync_one(ctx: ReconcileContext, resource: SyncResource, doc: dict[str, Any], old: dict | None) -> dict:
+    client, meta = ctx.client, doc["metadata"]
+    wanted = meta["annotations"][HASH_ANNOTATION]
+    previous_time = (old or {}).get("lastAppliedTime")
+    now = ctx.now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        live = client.get(doc["apiVersion"], doc["kind"], meta["name"], meta.get("namespace"))
+        if resource.apply_strategy == ApplyStrategy.READ_ONLY:
+            if live is None:
+                return _entry(
+                    doc, ManifestState.FAILED, "not found in the runtime (read only)", previous_time
+                )
+            return _entry(doc, ManifestState.APPLIED, "observed", previous_time)
+        if live is not None:
+            live_hash = (live.get("metadata", {}).get("annotations") or {}).get(HASH_ANNOTATION)
+            if resource.apply_strategy == ApplyStrategy.CREATE_ONLY or live_hash == wanted:
+                return _entry(doc, ManifestState.APPLIED, "", previous_time or now)
+        if resource.apply_strategy == ApplyStrategy.CREATE_ONLY:
+            client.create(doc)
+        else:
+            client.apply(doc)
+    except Temporary:
+        raise
+    except RuntimeAPIError as exc:
+        return _entry(doc, ManifestState.FAILED, exc.message, previous_time)
+    return _entry(doc, ManifestState.APPLIED, "", now)
+
+
+def _prune(ctx: ReconcileContext, resource: SyncResource, entries: list[dict]) -> list[dict]:
+    """Delete objects of ``entries``; returns the entries that could not be deleted."""
+    left = []
+    for entry in entries:
+        if (
+            resource.deletion_policy == DeletionPolicy.ORPHAN
+            or resource.apply_strategy == ApplyStrategy.READ_ONLY
+        ):
+            continue
+        try:
+            ctx.client.delete(
+                entry["apiVersion"], entry["kind"], entry["name"], entry.get("namespace") or None
+            )
+        except Temporary:
+            raise
+        except RuntimeAPIError as exc:
+            left.append({**entry, "state": ManifestState.FAILED, "message": f"prune failed: {exc.message}"})
+    return left
+
+
+def sync(ctx: ReconcileContext) -> None:
+    failing: dict[str, list[str]] = {}
+    for resource in SyncResource.objects.filter(kyma=ctx.kyma).select_related("module"):
+        ctx.step()
+        if resource.is_deleting:
+            _finish_deletion(ctx, resource)
+            continue
+        docs = sorted(resource.parsed_manifests(), key=lambda d: ORDER.get(d.get("kind"), 2))
+        old = {identity(e): e for e in resource.manifest_status}
+        if FINALIZER not in resource.finalizers:
+            resource.finalizers = [*resource.finalizers, FINALIZER]
+            SyncResource.objects.filter(pk=resource.pk).update(finalizers=resource.finalizers)
+        status = []
+        for doc in docs:
+            ready = prepared(doc, resource)
+            key = identity({"apiVersion": ready["apiVersion"], "kind": ready["kind"], **ready["metadata"]})
+            status.append(_sync_one(ctx, resource, ready, old.pop(key, None)))
+        status.extend(_prune(ctx, resource, list(old.values())))
+        if status != resource.manifest_status or resource.observed_generation != resource.generation:
+            SyncResource.objects.filter(pk=resource.pk).update(
+                manifest_status=status, observed_generation=resource.generation
+            )
+        bad = [
+            f"{e['kind']} {e['name']}: {e.get('message', '')}"
+            for e in status
+            if e["state"] == ManifestState.FAILED
+        ]
+        if bad:
+            failing.setdefault(resource.module.name, []).extend(bad)
+    if failing:
+        problems = "; ".join(f"{module}: {', '.join(items)}" for module, items in sorted(failing.items()))
+        ctx.condition("SyncResources", FALSE, "ApplyFailed", problems[:1000])
+        _mark_modules(ctx, failing)
+    else:
+        ctx.condition("SyncResources", TRUE, "Ready", "every manifest is in the runtime")
+
+
+def _mark_modules(ctx: ReconcileContext, failing: dict[str, list[str]]) -> None:
+    by_name = {m.name: m for m in ctx.modules}
+    for name, problems in failing.items():
+        outcome = by_name.get(name)
+        if outcome is None:
+            outcome = ModuleOutcome(name, "Error")
+            ctx.modules.append(outcome)
+        outcome.state = "Error"
+        outcome.message = f"manifests failed: {'; '.join(problems)}"[:500]
+
+
+def _finish_deletion(ctx: ReconcileContext, resource: SyncResource) -> None:
+    left = _prune(ctx, resource, list(resource.manifest_status))
+    if left:
+        SyncResource.objects.filter(pk=resource.pk).update(manifest_status=left)
+        return
+    resource.delete()
+
+
+def remove_all(ctx: ReconcileContext) -> None:
+    """On Kyma deletion: prune every SyncResource's objects, then drop the rows."""
+    for resource in SyncResource.objects.filter(kyma=ctx.kyma):
+        ctx.step()
+        _finish_deletion(ctx, resource)

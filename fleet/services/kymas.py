@@ -1,0 +1,96 @@
+"""Writes of Kymas: create/update (apply), kubeconfig, deletion and reconcile requests."""
+
+from __future__ import annotations
+
+from django.db import transaction
+
+from fleet.models import Kyma
+from fleet.models.kyma import MODULE_DEFAULTS
+from kernel.errors import Conflict
+from kernel.services import deletion_begin, resource_save, stored_spec
+
+from .reconcile_queue import kyma_reconcile_request
+
+
+def _normalized_modules(modules: list) -> list:
+    """Upstream's defaults written out, so the stored spec says what will happen."""
+    if not isinstance(modules, list):
+        return modules  # the validator reports the wrong type precisely
+    return [{**MODULE_DEFAULTS, **m} if isinstance(m, dict) else m for m in modules]
+
+
+def kyma_save(kyma: Kyma, *, reconcile: bool = True) -> bool:
+    """Validate and store a Kyma built or edited by the caller (admin form, apply).
+
+    A spec change bumps ``generation`` and asks for a reconcile (``reconcile=False``: the caller
+    is the reconcile, which goes on with the new spec). Returns whether it changed.
+    """
+    if kyma.is_deleting:
+        raise Conflict(f"Kyma {kyma.key} is being deleted; it cannot be changed")
+    kyma.modules = _normalized_modules(kyma.modules)
+    with transaction.atomic():
+        changed = resource_save(kyma, before=stored_spec(kyma))
+        if changed and reconcile:
+            kyma_reconcile_request([kyma.pk], reason="spec changed")
+    return changed
+
+
+@transaction.atomic
+def kyma_apply(
+    *,
+    namespace: str,
+    name: str,
+    runtime_id: str,
+    skr_domain: str = "",
+    channel: str = "regular",
+    modules: list | None = None,
+    skip_maintenance_windows: bool = False,
+    labels: dict | None = None,
+    annotations: dict | None = None,
+) -> tuple[Kyma, bool]:
+    """Create the Kyma ``namespace/name`` or make the stored one match. Returns (kyma, created)."""
+    kyma = Kyma.objects.select_for_update().filter(namespace=namespace, name=name).first()
+    created = kyma is None
+    if kyma is None:
+        kyma = Kyma(namespace=namespace, name=name)
+    kyma.runtime_id = runtime_id
+    kyma.skr_domain = skr_domain
+    kyma.channel = channel
+    kyma.modules = modules if modules is not None else []
+    kyma.skip_maintenance_windows = skip_maintenance_windows
+    kyma.labels = labels or {}
+    kyma.annotations = annotations or {}
+    kyma_save(kyma)
+    return kyma, created
+
+
+def kyma_set_kubeconfig(*, kyma: Kyma, kubeconfig: str) -> None:
+    """Store (or clear, with ``""``) the runtime's kubeconfig, encrypted; reconcile with it."""
+    from fleet.k8s.kubeconfig import validate_kubeconfig  # parsing only, no client
+
+    if kubeconfig:
+        validate_kubeconfig(kubeconfig)
+    with transaction.atomic():
+        kyma.kubeconfig = kubeconfig
+        kyma.save(update_fields=["kubeconfig", "updated_at"])
+        kyma_reconcile_request([kyma.pk], reason="kubeconfig changed")
+
+
+def kyma_delete(*, kyma: Kyma) -> bool:
+    """Begin deleting a Kyma. Returns True when it is gone at once (nothing to clean up).
+
+    Otherwise the Kyma enters state Deleting and its reconcile removes what it put into the
+    runtime before the row goes.
+    """
+    with transaction.atomic():
+        if deletion_begin(kyma):
+            return True
+        Kyma.objects.filter(pk=kyma.pk).update(state="Deleting")
+        kyma.state = "Deleting"
+        kyma_reconcile_request([kyma.pk], reason="deletion")
+    return False
+
+
+def kyma_reconcile_now(*, kymas: list[Kyma]) -> list[int]:
+    """ "Reconcile now" from the admin or the API: the same coalesced request as any other."""
+    return kyma_reconcile_request([kyma.pk for kyma in kymas], reason="requested by a user")

@@ -1,0 +1,135 @@
+"""Writes of the module catalog, module configs and sync resources."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+
+from fleet.models import Kyma, Module, ModuleConfig, RevisionCounter, SyncResource
+from fleet.selectors import kyma_ids_using_module
+from kernel.errors import Conflict
+from kernel.services import deletion_begin, resource_save, stored_spec
+
+from .reconcile_queue import kyma_reconcile_request
+
+
+def module_save(module: Module) -> bool:
+    """Validate and store a catalog entry; Kymas that enable it are reconciled on change."""
+    with transaction.atomic():
+        changed = resource_save(module, before=stored_spec(module))
+        if changed:
+            kyma_reconcile_request(kyma_ids_using_module(module.name), reason=f"module {module.name} changed")
+    return changed
+
+
+@transaction.atomic
+def module_apply(
+    *, name: str, labels: dict | None = None, annotations: dict | None = None, **spec: Any
+) -> tuple[Module, bool]:
+    """Create or update the catalog entry ``name``; ``spec`` holds the model's spec fields."""
+    module = Module.objects.select_for_update().filter(name=name).first()
+    created = module is None
+    module = module or Module(name=name)
+    for field, value in spec.items():
+        setattr(module, field, value)
+    module.labels = labels or {}
+    module.annotations = annotations or {}
+    module_save(module)
+    return module, created
+
+
+def module_delete(*, module: Module) -> None:
+    """Remove a catalog entry; Kymas that still enable it report it missing on their next reconcile."""
+    with transaction.atomic():
+        affected = kyma_ids_using_module(module.name)
+        module.delete()
+        kyma_reconcile_request(affected, reason=f"module {module.name} deleted")
+
+
+def moduleconfig_upsert(
+    *, kyma: Kyma, module: Module, spec: dict, source_generation: int, source_resource_version: str
+) -> tuple[ModuleConfig, bool]:
+    """Record the module CR's spec found in the runtime. The revision moves only on a real change."""
+    with transaction.atomic():
+        config = ModuleConfig.objects.select_for_update().filter(kyma=kyma, module=module).first()
+        if config is None:
+            config = ModuleConfig(
+                kyma=kyma, module=module, namespace=kyma.namespace, name=f"{kyma.name}-{module.name}"
+            )
+        elif config.spec == spec:
+            if (config.source_generation, config.source_resource_version) != (
+                source_generation,
+                source_resource_version,
+            ):
+                config.source_generation, config.source_resource_version = (
+                    source_generation,
+                    source_resource_version,
+                )
+                config.save(update_fields=["source_generation", "source_resource_version", "updated_at"])
+            return config, False
+        before = stored_spec(config)
+        config.spec = spec
+        config.source_generation = source_generation
+        config.source_resource_version = source_resource_version
+        config.revision = RevisionCounter.next(ModuleConfig.REVISION_SEQUENCE)
+        resource_save(config, before=before)
+    return config, True
+
+
+def moduleconfig_set_status(*, config: ModuleConfig, status: dict) -> bool:
+    """The module manager reports on its module; the Kyma is reconciled to reflect it."""
+    with transaction.atomic():
+        config = ModuleConfig.objects.select_for_update().get(pk=config.pk)
+        if config.status == status:
+            return False
+        config.status = status
+        config.revision = RevisionCounter.next(ModuleConfig.REVISION_SEQUENCE)
+        resource_save(config, before=config.spec_snapshot())
+        kyma_reconcile_request([config.kyma_id], reason="module status reported")
+    return True
+
+
+def syncresource_save(resource: SyncResource) -> bool:
+    """Validate and store manifests for a runtime; its Kyma is reconciled on change."""
+    if resource.is_deleting:
+        raise Conflict(f"SyncResource {resource.key} is being deleted; it cannot be changed")
+    with transaction.atomic():
+        resource.namespace = resource.kyma.namespace if resource.kyma_id else resource.namespace
+        changed = resource_save(resource, before=stored_spec(resource))
+        if changed:
+            kyma_reconcile_request([resource.kyma_id], reason=f"sync resource {resource.name} changed")
+    return changed
+
+
+@transaction.atomic
+def syncresource_apply(
+    *,
+    kyma: Kyma,
+    module: Module,
+    name: str,
+    manifests: str,
+    apply_strategy: str = "ServerSideApply",
+    deletion_policy: str = "Delete",
+    labels: dict | None = None,
+    annotations: dict | None = None,
+) -> tuple[SyncResource, bool]:
+    resource = SyncResource.objects.select_for_update().filter(kyma=kyma, module=module, name=name).first()
+    created = resource is None
+    resource = resource or SyncResource(kyma=kyma, module=module, name=name, namespace=kyma.namespace)
+    resource.manifests = manifests
+    resource.apply_strategy = apply_strategy
+    resource.deletion_policy = deletion_policy
+    resource.labels = labels or {}
+    resource.annotations = annotations or {}
+    syncresource_save(resource)
+    return resource, created
+
+
+def syncresource_delete(*, resource: SyncResource) -> bool:
+    """Begin deleting; objects it applied are pruned from the runtime first (unless Orphan)."""
+    with transaction.atomic():
+        kyma_id = resource.kyma_id
+        gone = deletion_begin(resource)
+        kyma_reconcile_request([kyma_id], reason=f"sync resource {resource.name} deleted")
+    return gone

@@ -1,0 +1,267 @@
+"""Where the "a reconcile of this Kyma is queued and has not started" mark lives.
+
+The mark is checked for every WatchEvent, so it must be cheap: with a Redis broker it lives in
+Redis (one key with an expiry, one round trip, no load on PostgreSQL); otherwise it is the
+``Kyma.reconcile_queued_at``/``reconcile_not_before`` columns, claimed with a read and a
+conditional ``UPDATE ... RETURNING``. Both give the same guarantees (see
+:mod:`fleet.services.reconcile_queue`): one claimer wins, a mark older than
+``RECONCILE_QUEUED_TTL`` counts as lost and can be claimed again, and a starting task clears the
+mark before it reads any state.
+
+A mark holds two times: the *ETA* of its task (it cannot start earlier: the broker holds it until
+then) and *not before*, raised by requests that need the task to start later than its ETA (an
+event that arrives just before the task is due: the runtime stores that change a moment after
+the event). The starting task gets *not before* back and waits until then before reading.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+from collections.abc import Sequence
+from typing import Protocol
+
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from fleet.models import Kyma
+
+
+class ReconcileFlags(Protocol):
+    def claim(self, kyma_ids: Sequence[int], now: dt.datetime, eta: dt.datetime) -> list[int]:
+        """Mark the Kymas that are not marked yet, for a task due at ``eta``; return those (the
+        caller then publishes)."""
+
+    def claim_one(
+        self, kyma_id: int, now: dt.datetime, eta: dt.datetime, need: dt.datetime
+    ) -> dt.datetime | None:
+        """Mark one Kyma in one round trip: ``None`` when this call claimed it (for a task due at
+        ``eta``); else the ETA of the task already queued, which from now on does not read before
+        ``need``. An ETA set on another host counts only ``LISTENER_CLOCK_SKEW`` earlier (that
+        host's clock may run ahead)."""
+
+    def release(self, kyma_ids: Sequence[int], eta: dt.datetime) -> None:
+        """Undo a claim made for ``eta`` (its publish failed)."""
+
+    def started(self, kyma_id: int) -> dt.datetime | None:
+        """A task starts: later requests must queue a new one. Returns the time before which the
+        task must not read the runtime, if requests asked for one."""
+
+    def queued(self, kyma_ids: Sequence[int]) -> set[int]:
+        """Which of these Kymas are marked now."""
+
+    def queued_count(self) -> int: ...
+
+
+def _ttl() -> dt.timedelta:
+    return dt.timedelta(seconds=settings.RECONCILE_QUEUED_TTL)
+
+
+def _skew() -> dt.timedelta:
+    return dt.timedelta(seconds=settings.LISTENER_CLOCK_SKEW)
+
+
+class DatabaseFlags:
+    """The mark as two columns: for SQLite and deployments without Redis."""
+
+    table = Kyma._meta.db_table
+
+    def claim(self, kyma_ids: Sequence[int], now: dt.datetime, eta: dt.datetime) -> list[int]:
+        # First a plain read finds the Kymas whose mark looks free (no lock, no write: the common
+        # case in a burst); skipping a marked Kyma is safe because its task has not started yet.
+        # Then one conditional UPDATE ... RETURNING decides races between concurrent claimers.
+        if not kyma_ids:
+            return []
+        adapt = connection.ops.adapt_datetimefield_value  # compare and store exactly as the ORM would
+        stale = adapt(now - _ttl())
+        free = "(reconcile_queued_at IS NULL OR reconcile_queued_at < %s)"
+        with connection.cursor() as cursor:
+            marks = ", ".join(["%s"] * len(kyma_ids))
+            cursor.execute(
+                f"SELECT id FROM {self.table} WHERE id IN ({marks}) AND {free}", [*kyma_ids, stale]
+            )
+            candidates = [row[0] for row in cursor.fetchall()]
+            if not candidates:
+                return []
+            marks = ", ".join(["%s"] * len(candidates))
+            cursor.execute(
+                f"UPDATE {self.table} SET reconcile_queued_at = %s, reconcile_not_before = NULL "
+                f"WHERE id IN ({marks}) AND {free} RETURNING id",
+                [adapt(eta), *candidates, stale],
+            )
+            return [row[0] for row in cursor.fetchall()]
+
+    def claim_one(
+        self, kyma_id: int, now: dt.datetime, eta: dt.datetime, need: dt.datetime
+    ) -> dt.datetime | None:
+        stale = now - _ttl()
+        covered_from = need + _skew()
+        # Each lost race means another request or a starting task moved the mark on: look again.
+        # (Bounded only against a database that misbehaves; in practice it ends in a few rounds.)
+        for _ in range(100):
+            found = (
+                Kyma.objects.filter(id=kyma_id)
+                .values_list("reconcile_queued_at", "reconcile_not_before")
+                .first()
+            )
+            if found is None:
+                return eta  # no such Kyma: nothing to queue
+            marked, not_before = found
+            if marked is None or marked < stale:
+                if self.claim([kyma_id], now, eta):
+                    return None
+                continue
+            if marked >= covered_from or (not_before is not None and not_before >= need):
+                return marked
+            raised = (
+                Kyma.objects.filter(id=kyma_id, reconcile_queued_at=marked)
+                .exclude(reconcile_not_before__gte=need)
+                .update(reconcile_not_before=need)
+            )
+            if raised:
+                return marked
+        raise RuntimeError(f"the reconcile mark of Kyma {kyma_id} keeps changing; giving up")
+
+    def release(self, kyma_ids: Sequence[int], eta: dt.datetime) -> None:
+        Kyma.objects.filter(id__in=kyma_ids, reconcile_queued_at=eta).update(reconcile_queued_at=None)
+
+    def started(self, kyma_id: int) -> dt.datetime | None:
+        # RETURNING gives the row as this UPDATE leaves it: "not before" as it was when the mark
+        # went (a claim resets it; a request raises it only while the mark is there).
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {self.table} SET reconcile_queued_at = NULL WHERE id = %s "
+                "AND reconcile_queued_at IS NOT NULL RETURNING reconcile_not_before",
+                [kyma_id],
+            )
+            row = cursor.fetchone()
+        if row is None or row[0] is None:
+            return None
+        value = row[0]
+        if isinstance(value, str):  # SQLite hands back the stored text
+            value = dt.datetime.fromisoformat(value)
+        return value if timezone.is_aware(value) else timezone.make_aware(value, dt.UTC)
+
+    def queued(self, kyma_ids: Sequence[int]) -> set[int]:
+        stale = timezone.now() - _ttl()
+        return set(
+            Kyma.objects.filter(id__in=kyma_ids, reconcile_queued_at__gte=stale).values_list("id", flat=True)
+        )
+
+    def queued_count(self) -> int:
+        return Kyma.objects.filter(reconcile_queued_at__gte=timezone.now() - _ttl()).count()
+
+
+# A mark is "<eta> <not before>" in Unix seconds ("0": none). ARGV: eta, need, ttl, skew, now.
+_CLAIM_ONE = """
+local value = redis.call('get', KEYS[1])
+if not value then
+  redis.call('set', KEYS[1], ARGV[1] .. ' 0', 'EX', ARGV[3])
+  return false
+end
+local need = tonumber(ARGV[2])
+local space = string.find(value, ' ', 1, true)
+local eta = '0'
+local not_before = 0
+if space then
+  eta = string.sub(value, 1, space - 1)
+  not_before = tonumber(string.sub(value, space + 1)) or 0
+end
+if (tonumber(eta) or 0) < need + tonumber(ARGV[4]) and not_before < need then
+  redis.call('set', KEYS[1], eta .. ' ' .. ARGV[2], 'KEEPTTL')
+  -- The mark must outlive the wait it now asks for (else the task would start without it), but
+  -- never beyond its own TTL counted from its ETA: a mark whose task was lost still expires.
+  local keep = math.floor((need - tonumber(ARGV[5]) + 1) * 1000)
+  local limit = math.floor(((tonumber(eta) or 0) + tonumber(ARGV[3]) + 1 - tonumber(ARGV[5])) * 1000)
+  if keep > limit then keep = limit end
+  if keep > 0 and redis.call('pttl', KEYS[1]) < keep then redis.call('pexpire', KEYS[1], keep) end
+end
+return eta
+"""
+
+# Undo a claim whose publish failed: only the mark of that claim (its ETA), raised or not.
+_RELEASE = """
+local value = redis.call('get', KEYS[1])
+if value and string.sub(value, 1, #ARGV[1] + 1) == ARGV[1] .. ' ' then
+  return redis.call('del', KEYS[1])
+end
+return 0
+"""
+
+
+def _stamp(moment: dt.datetime) -> str:
+    return f"{moment.timestamp():.6f}"
+
+
+def _moment(stamp: bytes | str) -> dt.datetime:
+    return dt.datetime.fromtimestamp(float(stamp), dt.UTC)
+
+
+class RedisFlags:
+    """The mark as a Redis key that expires by itself after ``RECONCILE_QUEUED_TTL``."""
+
+    def __init__(self, url: str, prefix: str) -> None:
+        import redis
+
+        self.client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+        self.prefix = prefix
+        self._claim_one = self.client.register_script(_CLAIM_ONE)
+        self._release = self.client.register_script(_RELEASE)
+
+    def key(self, kyma_id: int) -> str:
+        return f"{self.prefix}:reconcile-queued:{kyma_id}"
+
+    def claim(self, kyma_ids: Sequence[int], now: dt.datetime, eta: dt.datetime) -> list[int]:
+        ttl = int(_ttl().total_seconds())
+        value = f"{_stamp(eta)} 0"
+        with self.client.pipeline(transaction=False) as pipe:
+            for kyma_id in kyma_ids:
+                pipe.set(self.key(kyma_id), value, nx=True, ex=ttl)
+            results = pipe.execute()
+        return [kyma_id for kyma_id, won in zip(kyma_ids, results, strict=True) if won]
+
+    def claim_one(
+        self, kyma_id: int, now: dt.datetime, eta: dt.datetime, need: dt.datetime
+    ) -> dt.datetime | None:
+        found = self._claim_one(
+            keys=[self.key(kyma_id)],
+            args=[
+                _stamp(eta),
+                _stamp(need),
+                int(_ttl().total_seconds()),
+                _skew().total_seconds(),
+                _stamp(now),
+            ],
+        )
+        return None if found is None else _moment(found)
+
+    def release(self, kyma_ids: Sequence[int], eta: dt.datetime) -> None:
+        for kyma_id in kyma_ids:
+            self._release(keys=[self.key(kyma_id)], args=[_stamp(eta)])
+
+    def started(self, kyma_id: int) -> dt.datetime | None:
+        value = self.client.getdel(self.key(kyma_id))
+        if not value:
+            return None
+        _, _, not_before = value.partition(b" ")
+        return _moment(not_before) if not_before and float(not_before) > 0 else None
+
+    def queued(self, kyma_ids: Sequence[int]) -> set[int]:
+        with self.client.pipeline(transaction=False) as pipe:
+            for kyma_id in kyma_ids:
+                pipe.exists(self.key(kyma_id))
+            results = pipe.execute()
+        return {kyma_id for kyma_id, found in zip(kyma_ids, results, strict=True) if found}
+
+    def queued_count(self) -> int:
+        return sum(1 for _ in self.client.scan_iter(match=self.key("*"), count=1000))
+
+
+@functools.cache
+def _flags(url: str, prefix: str) -> ReconcileFlags:
+    return RedisFlags(url, prefix) if url else DatabaseFlags()
+
+
+def flags() -> ReconcileFlags:
+    return _flags(settings.RECONCILE_FLAGS_URL, settings.RECONCILE_FLAGS_PREFIX)

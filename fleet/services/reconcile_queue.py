@@ -1,0 +1,176 @@
+"""Queueing of Kyma reconciles: coalesced, durable, and never two at once for one Kyma.
+
+*Coalescing.* A mark per Kyma (:mod:`.reconcile_flags`: a Redis key, or a column) says "a
+reconcile task is in the broker and has not started". A request claims the mark and publishes a
+task only if it won the claim; a worker clears the mark when the task starts, *before* it reads
+any state. So an event that arrives while a task waits is covered by that task, and an event that
+arrives after a task started makes a new one: many events give one more reconcile after the last
+of them, never zero. A mark older than ``RECONCILE_QUEUED_TTL`` counts as lost and is claimed
+again. A request may also say the reconcile must not read the runtime before a given time (an
+event that arrives just before the queued task is due: the API server stores that change after
+the webhook answered); the starting task then waits until that time.
+
+*Durability.* The claim is undone and :class:`QueueUnavailable` raised when the broker refuses the
+message, so a caller (the listener) can answer 503 and the sender retries.
+
+*Mutual exclusion.* A reconcile holds a lease (``lease_owner``/``lease_until``) taken with a
+conditional UPDATE; a task that finds the lease taken re-arms the flag and retries shortly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+import os
+import socket
+from collections.abc import Sequence
+
+from django.conf import settings
+from django.db import DatabaseError, connection, transaction
+from django.utils import timezone
+from kombu.exceptions import OperationalError as KombuOperationalError
+from redis.exceptions import RedisError
+
+from fleet.models import Kyma
+from kernel.errors import QueueUnavailable
+
+from .reconcile_flags import flags
+
+log = logging.getLogger(__name__)
+
+
+def worker_id() -> str:
+    """Who holds a lease: host and process (computed per call: pool processes are forked)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _publish(kyma_ids: Sequence[int], countdown: float) -> None:
+    from fleet.tasks import kyma_reconcile  # the task module imports services
+
+    options = {"countdown": countdown} if countdown > 0 else {}
+    with kyma_reconcile.app.producer_or_acquire() as producer:
+        for kyma_id in kyma_ids:
+            kyma_reconcile.apply_async(args=[kyma_id], producer=producer, retry=True, **options)
+
+
+def _publish_failed(kyma_ids: list[int], eta: dt.datetime) -> None:
+    """Undo the claims of a publish that failed. Requests that coalesced into them meanwhile were
+    already answered, so the Kymas are also marked due: the periodic sweep queues them as soon as
+    the broker is back."""
+    with contextlib.suppress(RedisError):
+        flags().release(kyma_ids, eta)
+    with contextlib.suppress(DatabaseError):
+        Kyma.objects.filter(id__in=kyma_ids).update(next_reconcile_at=timezone.now())
+
+
+def kyma_reconcile_request(kyma_ids: Sequence[int], *, reason: str, countdown: float = 0) -> list[int]:
+    """Ask for a reconcile of each Kyma; returns the ids for which a task was published.
+
+    Kymas with a reconcile already queued are covered by it and publish nothing. ``countdown``
+    delays the task (requests meanwhile coalesce into it). Inside a transaction the request waits
+    for the commit (a worker must see what was written); a publish error then surfaces in the log,
+    not to the caller.
+    """
+    ids = list(dict.fromkeys(kyma_ids))
+    if connection.in_atomic_block:
+        transaction.on_commit(lambda: _request_logged(ids, reason, countdown))
+        return []
+    return _request(ids, reason, countdown)
+
+
+def _request_logged(kyma_ids: list[int], reason: str, countdown: float) -> None:
+    try:
+        _request(kyma_ids, reason, countdown)
+    except QueueUnavailable as exc:
+        # The periodic sweep (or the expiry of the mark) picks these Kymas up again.
+        log.warning("reconcile request for %d Kyma(s) not queued (%s): %s", len(kyma_ids), reason, exc)
+
+
+def _request(kyma_ids: list[int], reason: str, countdown: float) -> list[int]:
+    now = timezone.now()
+    eta = now + dt.timedelta(seconds=countdown)
+    store = flags()
+    try:
+        claimed = store.claim(kyma_ids, now, eta)
+    except RedisError as exc:
+        raise QueueUnavailable(f"the reconcile queue marks are unavailable: {exc}") from exc
+    if not claimed:
+        return []
+    try:
+        _publish(claimed, countdown)
+    except (KombuOperationalError, OSError) as exc:
+        _publish_failed(claimed, eta)
+        raise QueueUnavailable(f"the task queue is unavailable: {exc}") from exc
+    log.debug("queued reconcile of %s (%s)", claimed, reason)
+    return claimed
+
+
+def kyma_reconcile_request_one(
+    kyma_id: int, *, countdown: float, margin: float = 0.0
+) -> tuple[bool, dt.datetime]:
+    """The hot path of one WatchEvent: one round trip when a task is already queued.
+
+    Returns (queued a task, its ETA). The reconcile that covers this request starts no earlier
+    than that ETA, and never reads the runtime earlier than ``margin`` seconds from now: when the
+    queued task is due sooner, the mark records that and the task waits. Callers may skip asking
+    again for requests that arrive more than ``margin`` before the ETA.
+    """
+    now = timezone.now()
+    eta = now + dt.timedelta(seconds=countdown)
+    store = flags()
+    try:
+        marked = store.claim_one(kyma_id, now, eta, now + dt.timedelta(seconds=margin))
+    except RedisError as exc:
+        raise QueueUnavailable(f"the reconcile queue marks are unavailable: {exc}") from exc
+    if marked is not None:
+        return False, marked
+    try:
+        _publish([kyma_id], countdown)
+    except (KombuOperationalError, OSError) as exc:
+        _publish_failed([kyma_id], eta)
+        raise QueueUnavailable(f"the task queue is unavailable: {exc}") from exc
+    return True, eta
+
+
+def reconcile_started(kyma_id: int) -> dt.datetime | None:
+    """A task for this Kyma starts: later requests must queue a new task. Returns the time before
+    which it must not read the runtime, when a request asked for one."""
+    return flags().started(kyma_id)
+
+
+def reconcile_rearm(kyma_id: int, retry_after: float = 0.0, *, not_before: dt.datetime | None = None) -> bool:
+    """A task cannot run now and retries in ``retry_after`` seconds: requests until then coalesce
+    into it. False when another task for the Kyma is queued already: that one does the work (and
+    learns ``not_before``), so the caller must not retry (retrying anyway would leave two tasks
+    cycling where one is enough)."""
+    now = timezone.now()
+    eta = now + dt.timedelta(seconds=retry_after)
+    return flags().claim_one(kyma_id, now, eta, max(not_before or now, now)) is None
+
+
+def reconcile_queued(kyma_ids: Sequence[int]) -> set[int]:
+    return flags().queued(kyma_ids)
+
+
+def lease_acquire(kyma_id: int, *, owner: str | None = None) -> bool:
+    owner = owner or worker_id()
+    now = timezone.now()
+    until = now + dt.timedelta(seconds=settings.RECONCILE_LEASE_SECONDS)
+    return bool(
+        Kyma.objects.filter(id=kyma_id)
+        .exclude(lease_until__gt=now)
+        .update(lease_owner=owner, lease_until=until)
+    )
+
+
+def lease_extend(kyma_id: int, *, owner: str | None = None) -> bool:
+    """Push the lease forward between reconcile steps; False means it was lost."""
+    owner = owner or worker_id()
+    until = timezone.now() + dt.timedelta(seconds=settings.RECONCILE_LEASE_SECONDS)
+    return bool(Kyma.objects.filter(id=kyma_id, lease_owner=owner).update(lease_until=until))
+
+
+def lease_release(kyma_id: int, *, owner: str | None = None) -> None:
+    owner = owner or worker_id()
+    Kyma.objects.filter(id=kyma_id, lease_owner=owner).update(lease_owner="", lease_until=None)

@@ -1,0 +1,18 @@
+"""Shared steps of the reconciler tests."""
+
+from __future__ import annotations
+
+from fleet.models import Kyma, ReconcileRecord
+from fleet.services.reconcile import kyma_reconcile_run
+
+
+def reconcile(kyma: Kyma) -> ReconcileRecord | None:
+    kyma_reconcile_run(kyma.pk)
+    if not Kyma.objects.filter(pk=kyma.pk).exists():
+        return None
+    kyma.refresh_from_db()
+    return ReconcileRecord.objects.filter(kyma_id=kyma.pk).order_by("-id").first()
+
+
+def conditions(kyma: Kyma) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in kyma.conditions}

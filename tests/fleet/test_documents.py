@@ -1,0 +1,189 @@
+"""Kubernetes-style documents: upstream CR YAML in, the same shape out, precise errors."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from fleet.models import Kyma
+from kernel.documents import registry
+from kernel.documents.yamlio import dump_yaml, load_documents
+from kernel.errors import ApplicationError
+from watchers.models import Watcher
+
+pytestmark = pytest.mark.django_db
+
+UPSTREAM_KYMA = """\
+apiVersion: operator.kyma-project.io/v1beta2
+kind: Kyma
+metadata:
+  name: 3d1f0b6c-runtime
+  namespace: kcp-system
+  labels:
+    kyma-project.io/runtime-id: 3d1f0b6c-runtime
+    kyma-project.io/global-account-id: ga-1
+  annotations:
+    skr-domain: c-3d1f0b6c.kyma.example.com
+spec:
+  channel: regular
+  modules:
+  - name: keda
+    customResourcePolicy: CreateAndDelete
+    managed: true
+  - name: btp-operator
+    channel: fast
+    customResourcePolicy: Ignore
+    managed: false
+"""
+
+UPSTREAM_WATCHER = """\
+apiVersion: operator.kyma-project.io/v1beta2
+kind: Watcher
+metadata:
+  name: klm-watcher
+  namespace: kcp-system
+  labels:
+    operator.kyma-project.io/managed-by: lifecycle-manager
+spec:
+  labelsToWatch:
+    operator.kyma-project.io/watched-by: kyma
+  resourceToWatch:
+    group: operator.kyma-project.io
+    version: '*'
+    resource: kymas
+  field: spec
+  serviceInfo:
+    name: klm-controller-manager-events
+    namespace: kcp-system
+    port: 8082
+  gateway:
+    selector:
+      matchLabels:
+        operator.kyma-project.io/watcher-gateway: default
+"""
+
+
+def apply_yaml(text: str) -> list[registry.ApplyResult]:
+    return registry.apply_documents(load_documents(text))
+
+
+def without_server_fields(doc: dict) -> dict:
+    doc = {k: v for k, v in doc.items() if k != "status"}
+    doc["metadata"] = {
+        k: v for k, v in doc["metadata"].items() if k not in ("uid", "generation", "creationTimestamp")
+    }
+    return doc
+
+
+class TestRoundTrip:
+    @pytest.mark.parametrize("text", [UPSTREAM_KYMA, UPSTREAM_WATCHER])
+    def test_given_upstream_cr_when_applied_and_read_back_then_the_shape_is_the_same(self, text):
+        [result] = apply_yaml(text)
+        assert result.outcome == "created"
+        rendered = result.kind.to_document(result.obj)
+        assert without_server_fields(rendered) == load_documents(text)[0]
+
+    @pytest.mark.parametrize("text", [UPSTREAM_KYMA, UPSTREAM_WATCHER])
+    def test_given_rendered_yaml_when_applied_again_then_nothing_changes(self, text):
+        [result] = apply_yaml(text)
+        again = dump_yaml([result.kind.to_document(result.obj)])
+        [second] = apply_yaml(again)
+        assert second.outcome == "unchanged"
+        result.obj.refresh_from_db()
+        assert result.obj.generation == 1
+
+    def test_given_upstream_kyma_when_applied_then_identity_fields_come_from_label_and_annotation(self):
+        apply_yaml(UPSTREAM_KYMA)
+        kyma = Kyma.objects.get()
+        assert kyma.runtime_id == "3d1f0b6c-runtime"
+        assert kyma.skr_domain == "c-3d1f0b6c.kyma.example.com"
+        assert kyma.labels == {"kyma-project.io/global-account-id": "ga-1"}
+
+    def test_given_watcher_without_gateway_when_applied_then_upstream_default_selector_is_stored(self):
+        text = UPSTREAM_WATCHER.split("  gateway:")[0]
+        apply_yaml(text)
+        watcher = Watcher.objects.get()
+        assert watcher.gateway == {
+            "selector": {"matchLabels": {"operator.kyma-project.io/watcher-gateway": "default"}}
+        }
+        assert watcher.component == "lifecycle-manager"
+
+
+class TestErrors:
+    def errors_of(self, text: str) -> dict[str, str]:
+        with pytest.raises(registry.DocumentsInvalid) as failure:
+            apply_yaml(text)
+        return dict(failure.value.errors)
+
+    def test_given_unknown_fields_and_wrong_types_when_applied_then_each_path_is_named(self):
+        text = UPSTREAM_KYMA.replace("  channel: regular", "  channel: 7\n  colour: blue").replace(
+            "managed: true", "managed: 'yes'"
+        )
+        errors = self.errors_of(text)
+        assert errors["documents[0].spec.channel"] == "expected string, got integer"
+        assert errors["documents[0].spec.colour"] == "unknown field"
+        assert errors["documents[0].spec.modules[0].managed"] == "expected boolean, got string"
+
+    def test_given_watcher_missing_required_fields_when_applied_then_they_are_listed(self):
+        errors = self.errors_of(
+            "apiVersion: operator.kyma-project.io/v1beta2\nkind: Watcher\nmetadata: {name: w}\nspec: {}\n"
+        )
+        for field in ("serviceInfo", "resourceToWatch", "field"):
+            assert errors[f"documents[0].spec.{field}"] == "required field is missing"
+
+    def test_given_unsupported_kind_when_applied_then_supported_kinds_are_listed(self):
+        errors = self.errors_of("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n")
+        assert "supported:" in errors["documents[0].kind"]
+
+    def test_given_one_bad_document_when_applying_many_then_nothing_is_applied(self):
+        text = UPSTREAM_WATCHER + "---\n" + UPSTREAM_KYMA.replace("channel: fast", "channel: none")
+        self.errors_of(text)
+        assert not Watcher.objects.exists() and not Kyma.objects.exists()
+
+    def test_given_model_rule_broken_when_applied_then_error_uses_the_document_path(self):
+        text = UPSTREAM_KYMA.replace("name: btp-operator", "name: keda")
+        errors = self.errors_of(text)
+        assert errors["documents[0].spec.modules[1].name"].startswith("duplicate module 'keda'")
+
+    def test_given_moduleconfig_document_when_applied_then_it_is_refused_as_read_only(self):
+        errors = self.errors_of(
+            "apiVersion: controlplane.kyma-project.io/v1alpha1\nkind: ModuleConfig\nmetadata: {name: x}\n"
+        )
+        assert "written by the control plane" in errors["documents[0]"]
+
+
+class TestKubeconfigSecret:
+    KUBECONFIG = (
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:6443'}}]\n"
+        "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"
+        "users: [{name: u, user: {token: abc}}]\n"
+    )
+
+    def secret(self, kyma_name: str, encoded: str) -> str:
+        return (
+            "apiVersion: v1\nkind: Secret\nmetadata:\n  name: kubeconfig-x\n  namespace: kcp-system\n"
+            "  labels:\n"
+            f"    operator.kyma-project.io/kyma-name: {kyma_name}\ndata:\n  config: {encoded}\n"
+        )
+
+    def test_given_upstream_access_secret_when_applied_then_the_kyma_gets_its_kubeconfig(self):
+        encoded = base64.b64encode(self.KUBECONFIG.encode()).decode()
+        apply_yaml(UPSTREAM_KYMA + "---\n" + self.secret("3d1f0b6c-runtime", encoded))
+        assert Kyma.objects.get().kubeconfig.reveal() == self.KUBECONFIG
+
+    def test_given_secret_for_unknown_kyma_when_applied_then_not_found_is_reported(self):
+        encoded = base64.b64encode(self.KUBECONFIG.encode()).decode()
+        with pytest.raises(registry.DocumentsInvalid) as failure:
+            apply_yaml(self.secret("nobody", encoded))
+        assert "no Kyma kcp-system/nobody" in failure.value.message
+
+    def test_given_secret_with_bad_base64_when_applied_then_the_field_is_named(self):
+        apply_yaml(UPSTREAM_KYMA)
+        with pytest.raises(registry.DocumentsInvalid) as failure:
+            apply_yaml(self.secret("3d1f0b6c-runtime", "not base64!"))
+        assert dict(failure.value.errors)["documents[0].data.config"] == "is not base64 of UTF-8 text"
+
+    def test_given_secrets_when_listing_kinds_then_secrets_are_not_listable(self):
+        with pytest.raises(ApplicationError):
+            registry.for_name("secrets")
