@@ -60,7 +60,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from fleet.models import Kyma, ReconcileRecord
-from fleet.services.reconcile_queue import kyma_reconcile_request
+from fleet.queue.requests import kyma_reconcile_request
 from kernel.documents.yamlio import dump_yaml
 from kernel.sealing import Sealed
 from listener.models import WatchEventRecord

@@ -38,8 +38,8 @@ from django.db.models import Count
 from django.test.utils import CaptureQueriesContext
 
 from fleet.models import Kyma, Module, ModuleConfig, ReconcileRecord
-from fleet.services.reconcile import kyma_reconcile_run
-from fleet.services.reconcile_queue import kyma_reconcile_request
+from fleet.queue.requests import kyma_reconcile_request
+from fleet.reconciler.run import kyma_reconcile_run
 from kernel.documents.yamlio import dump_yaml
 from kernel.sealing import Sealed
 from pki import services as pki

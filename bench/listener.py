@@ -179,7 +179,7 @@ def serving(server: subprocess.Popen, port: int) -> Iterator[None]:
 
 def clear_marks() -> None:
     """Forget the "reconcile queued" marks the earlier runs left (nothing consumes their tasks)."""
-    from fleet.services.reconcile_flags import RedisFlags, flags
+    from fleet.queue.marks import RedisFlags, flags
 
     store = flags()
     if isinstance(store, RedisFlags):

@@ -11,6 +11,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from controlplane import metrics as prometheus
+from controlplane.celery import app
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +33,6 @@ def _check_database() -> str | None:
 
 
 def _check_broker() -> str | None:
-    from controlplane.celery import app
-
     try:
         with app.connection_for_write() as conn:
             conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0, timeout=2)

@@ -9,45 +9,12 @@ so they are right whichever process answers.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest, multiprocess
-from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-# Extra scrape-time collectors registered by apps (pki, listener): name -> factory.
-_FLEET_COLLECTORS: dict[str, Callable[[], Iterator[GaugeMetricFamily]]] = {}
-
-
-def register_fleet_collector(name: str, collect: Callable[[], Iterator[GaugeMetricFamily]]) -> None:
-    _FLEET_COLLECTORS[name] = collect
-
-
-def _kymas() -> Iterator[GaugeMetricFamily]:
-    from django.db.models import Count
-
-    from fleet.models import Kyma, KymaState
-
-    by_state = dict(Kyma.objects.values_list("state").annotate(n=Count("id")).order_by())
-    family = GaugeMetricFamily("controlplane_kymas", "Kymas by state", labels=["state"])
-    for state in KymaState.values:
-        family.add_metric([state or "New"], by_state.get(state, 0))
-    yield family
-    from fleet.services.reconcile_flags import flags
-
-    queued = flags().queued_count()
-    yield GaugeMetricFamily(
-        "controlplane_reconciles_queued", "Kymas with a reconcile waiting in the queue", value=queued
-    )
-
-
-register_fleet_collector("kymas", _kymas)
-
-
-class _FleetCollector(Collector):
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        for collect in _FLEET_COLLECTORS.values():
-            yield from collect()
+from kernel.metrics import ScrapeTimeCollector
 
 
 class _Forward(Collector):
@@ -64,5 +31,5 @@ def exposition(*, fleet: bool = True) -> tuple[bytes, str]:
     else:
         registry.register(_Forward())
     if fleet:
-        registry.register(_FleetCollector())
+        registry.register(ScrapeTimeCollector())
     return generate_latest(registry), CONTENT_TYPE_LATEST

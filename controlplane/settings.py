@@ -318,6 +318,11 @@ if not LISTENER_HOSTNAMES:
 
 CELERY_BEAT_SCHEDULE = {
     "housekeeping": {"task": "controlplane.housekeeping", "schedule": 300.0, "options": {"expires": 300.0}},
+    "listener-housekeeping": {
+        "task": "listener.housekeeping",
+        "schedule": 300.0,
+        "options": {"expires": 300.0},
+    },
     "pki-maintain": {
         "task": "pki.maintain",
         "schedule": float(PKI_MAINTAIN_INTERVAL),

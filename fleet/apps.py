@@ -14,4 +14,9 @@ class FleetConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from kernel.metrics import register_collector
+
+        from . import metrics
         from .resources import kinds  # noqa: F401 - registers the document kinds
+
+        register_collector("kymas", metrics.collect)

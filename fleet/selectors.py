@@ -1,4 +1,9 @@
-"""Reads of the core domain that more than one interface needs."""
+"""Reads of the fleet domain that more than one interface needs.
+
+The "silent runtime watcher" rule lives here once (:func:`watcher_silent_after`,
+:func:`watcher_q`): the reconciler's condition, beat's check, the listener's heartbeat, the
+dashboard and the admin filter all ask it.
+"""
 
 from __future__ import annotations
 
@@ -47,15 +52,41 @@ def kyma_ids_due(*, limit: int, batch_size: int = 500) -> Iterator[list[int]]:
         yield ids[start : start + batch_size]
 
 
+def watcher_silent_after() -> dt.timedelta:
+    """How long a runtime watcher may stay unheard before it counts as silent (0: never)."""
+    return dt.timedelta(seconds=settings.WATCHER_SILENT_AFTER)
+
+
+def watcher_q(kind: str, now: dt.datetime) -> Q:
+    """Kymas whose runtime watcher is ``seen`` (heard within the window), ``silent`` (heard
+    before, not since) or ``never`` heard although the Kyma has a kubeconfig. Kymas being
+    deleted are left out: their watcher is being removed on purpose."""
+    window = watcher_silent_after()
+    alive = Q(deletion_timestamp__isnull=True)
+    if not window:  # the detection is off: heard once counts as seen
+        if kind == "seen":
+            return alive & Q(watcher_last_seen_at__isnull=False)
+        if kind == "silent":
+            return Q(pk__in=[])
+    cutoff = now - window
+    if kind == "seen":
+        return alive & Q(watcher_last_seen_at__gte=cutoff)
+    if kind == "silent":
+        return alive & Q(watcher_last_seen_at__lt=cutoff)
+    if kind == "never":
+        return alive & Q(watcher_last_seen_at__isnull=True) & ~Q(kubeconfig="")
+    raise ValueError(f"unknown watcher state {kind!r}")
+
+
 def kyma_ids_watcher_silent(*, limit: int, batch_size: int = 500) -> Iterator[list[int]]:
-    """Ready Kymas whose runtime watcher has sent no heartbeat within ``WATCHER_SILENT_AFTER``
-    (nothing when the detection is off)."""
-    if settings.WATCHER_SILENT_AFTER <= 0:
+    """Ready Kymas whose runtime watcher fell silent (nothing when the detection is off)."""
+    if not watcher_silent_after():
         return
-    cutoff = timezone.now() - dt.timedelta(seconds=settings.WATCHER_SILENT_AFTER)
-    silent = Kyma.objects.filter(
-        state=KymaState.READY, deletion_timestamp__isnull=True, watcher_last_seen_at__lt=cutoff
-    ).order_by("watcher_last_seen_at")
-    ids = list(silent.values_list("id", flat=True)[:limit])
+    silent = (
+        Kyma.objects.filter(watcher_q("silent", timezone.now()), state=KymaState.READY)
+        .order_by("watcher_last_seen_at")
+        .values_list("id", flat=True)
+    )
+    ids = list(silent[:limit])
     for start in range(0, len(ids), batch_size):
         yield ids[start : start + batch_size]

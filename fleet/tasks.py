@@ -8,11 +8,13 @@ from celery import Task, shared_task
 from django.conf import settings
 from django.db import OperationalError
 
-from fleet import selectors
+from fleet import notifications, queue, selectors
+from fleet.jobs import tasks as jobs_tasks  # noqa: F401 - registers the jobs task
+from fleet.models import ReconcileRecord
+from fleet.notifications import NotifyFailed
+from fleet.reconciler.run import kyma_reconcile_run
 from fleet.selectors import kyma_ids_all
-from fleet.services import notifications, reconcile_queue
-from fleet.services.notifications import NotifyFailed
-from fleet.services.reconcile import RetryLater, kyma_reconcile_run
+from fleet.services.housekeeping import prune_per_kyma
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +26,7 @@ def kyma_reconcile(self: Task, kyma_id: int) -> None:
     unavailable (runtime errors are outcomes, rescheduled by state)."""
     try:
         kyma_reconcile_run(kyma_id, min_spacing=settings.RECONCILE_MIN_SPACING)
-    except RetryLater as later:
+    except queue.RetryLater as later:
         raise self.retry(countdown=later.retry_after) from None
     except OperationalError as exc:
         raise self.retry(countdown=min(60, 2 ** min(self.request.retries, 6)), max_retries=20) from exc
@@ -35,7 +37,7 @@ def reconcile_due() -> int:
     """Beat's sweep: queue the Kymas whose periodic reconcile is due (queued ones coalesce)."""
     queued = 0
     for batch in selectors.kyma_ids_due(limit=settings.RECONCILE_SWEEP_LIMIT):
-        queued += len(reconcile_queue.kyma_reconcile_request(batch, reason="periodic"))
+        queued += len(queue.request(batch, reason="periodic"))
     return queued
 
 
@@ -45,7 +47,7 @@ def watcher_silence_check() -> int:
     (a Ready Kyma would otherwise wait for its next periodic reconcile)."""
     queued = 0
     for batch in selectors.kyma_ids_watcher_silent(limit=settings.RECONCILE_SWEEP_LIMIT):
-        queued += len(reconcile_queue.kyma_reconcile_request(batch, reason="watcher-silent"))
+        queued += len(queue.request(batch, reason="watcher-silent"))
     return queued
 
 
@@ -68,26 +70,14 @@ def kyma_reconcile_fanout(reason: str) -> int:
     """Request a reconcile of every Kyma, in batches (a Watcher change concerns all runtimes)."""
     queued = 0
     for batch in kyma_ids_all():
-        queued += len(reconcile_queue.kyma_reconcile_request(batch, reason=reason))
+        queued += len(queue.request(batch, reason=reason))
     log.info("fan-out (%s): %d reconcile(s) queued", reason, queued)
     return queued
 
 
 @shared_task(name="controlplane.housekeeping", acks_late=True, ignore_result=True)
 def housekeeping() -> None:
-    """Bound the event and reconcile records (the newest N per Kyma stay)."""
-    from django.conf import settings
-
-    from fleet.models import ReconcileRecord
-    from fleet.services.housekeeping import prune_per_kyma
-    from listener.models import WatchEventRecord
-
-    events = prune_per_kyma(WatchEventRecord, keep=settings.LISTENER_EVENTS_KEPT, order_field="received_at")
-    reconciles = prune_per_kyma(
-        ReconcileRecord, keep=settings.RECONCILE_RECORDS_KEPT, order_field="started_at"
-    )
-    if events or reconciles:
-        log.info("housekeeping: %d event record(s) and %d reconcile record(s) pruned", events, reconciles)
-
-
-from fleet.jobs import tasks as _jobs_tasks  # noqa: E402, F401
+    """Bound the reconcile records (the newest N per Kyma stay; listener prunes its events)."""
+    pruned = prune_per_kyma(ReconcileRecord, keep=settings.RECONCILE_RECORDS_KEPT, order_field="started_at")
+    if pruned:
+        log.info("housekeeping: %d reconcile record(s) pruned", pruned)

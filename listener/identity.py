@@ -25,6 +25,7 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from django.conf import settings
 
 from pki import crypto
+from pki.services import ca_bundle_pem
 
 XFCC_LIMIT = 32 * 1024
 
@@ -146,8 +147,6 @@ class TrustStore:
     def authorities(self) -> list[x509.Certificate]:
         with self._lock:
             if time.monotonic() - self._loaded_at > self.ttl:
-                from pki.services import ca_bundle_pem
-
                 self._authorities = crypto.load_certificates(ca_bundle_pem())
                 self._loaded_at = time.monotonic()
             return self._authorities

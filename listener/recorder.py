@@ -18,6 +18,7 @@ from django.db import close_old_connections
 
 from .events import WatchEvent
 from .metrics import RECORDS_DROPPED
+from .models import WatchEventRecord
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +75,6 @@ class EventRecorder:
 
     def flush(self) -> int:
         """Insert what is buffered; returns the number of rows written."""
-        from .models import WatchEventRecord
-
         with self._lock:
             groups, self._groups = self._groups, {}
         if not groups:

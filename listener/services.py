@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from django.conf import settings
-from django.db.models import Q
 from django.utils import timezone
 
+from fleet import queue
 from fleet.models import Kyma
-from fleet.services.reconcile_queue import kyma_reconcile_request_one
+from fleet.selectors import watcher_silent_after
 from kernel.errors import ApplicationError, NotFound
 from watchers.models import Watcher
 
@@ -28,6 +28,7 @@ from .events import WatchEvent
 from .identity import ClientIdentity
 from .models import EventOutcome
 from .recorder import RECORDER
+from .tasks import forward_event_publish
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -108,45 +109,7 @@ ROUTES: TTLCache[str, Route] = TTLCache(
 )
 
 
-class Coverage:
-    """Skips the round trip for events a queued reconcile provably covers.
-
-    The reconcile that covers an event must read the runtime at least ``LISTENER_EVENT_MARGIN``
-    after the event: a validating webhook is called before the API server stores the change. A
-    task due at ``E`` (the ETA the queue reports; Celery holds a task until then) covers, without
-    asking, every event that arrives before ``E`` minus the margin. ``LISTENER_CLOCK_SKEW`` is
-    taken off for clocks of other hosts (workers, other listeners) that run ahead of ours. An
-    event closer to ``E`` asks the queue, which makes the task wait for it.
-    """
-
-    def __init__(self) -> None:
-        self._until: dict[int, float] = {}
-
-    def request(self, kyma_id: int) -> bool:
-        """Ask for a reconcile; True when this event queued a task."""
-        if time.monotonic() < self._until.get(kyma_id, 0.0):
-            return False
-        margin = settings.LISTENER_EVENT_MARGIN
-        queued, eta = kyma_reconcile_request_one(
-            kyma_id, countdown=settings.LISTENER_RECONCILE_DELAY, margin=margin
-        )
-        window = (eta - timezone.now()).total_seconds() - margin - settings.LISTENER_CLOCK_SKEW
-        if window > 0:
-            if len(self._until) > 50_000:
-                self._until.clear()
-            self._until[kyma_id] = time.monotonic() + window
-        return queued
-
-    def clear(self) -> None:
-        self._until.clear()
-
-
-COVERAGE = Coverage()
-
-
-def clear_caches() -> None:
-    for cache in (KYMAS_BY_RUNTIME, KYMAS_BY_NAME, ROUTES, COVERAGE):
-        cache.clear()
+COVERAGE = queue.Coverage()
 
 
 def runtime_for(event_owner: tuple[str, str] | None, identity: ClientIdentity) -> KymaRef:
@@ -206,8 +169,6 @@ def watch_event_accept(*, event: WatchEvent, identity: ClientIdentity) -> Accept
         queued = COVERAGE.request(kyma.id)
         outcome = EventOutcome.QUEUED if queued else EventOutcome.COALESCED
     else:
-        from .tasks import forward_event_publish
-
         forward_event_publish(route=route, event=event, kyma=kyma, identity=identity)
         outcome = EventOutcome.FORWARDED
     RECORDER.add(kyma.id, event, outcome, received_at)
@@ -222,13 +183,10 @@ def heartbeat_accept(*, identity: ClientIdentity, report: dict) -> KymaRef:
     now = timezone.now()
     stamp = {"watcher_last_seen_at": now, "watcher_report": report}
     rows = Kyma.objects.filter(pk=kyma.id)
-    if settings.WATCHER_SILENT_AFTER > 0:
-        cutoff = now - dt.timedelta(seconds=settings.WATCHER_SILENT_AFTER)
-        if rows.filter(Q(watcher_last_seen_at__lt=cutoff) | Q(watcher_last_seen_at__isnull=True)).update(
-            **stamp
-        ):
-            kyma_reconcile_request_one(kyma.id, countdown=0)
-            return kyma
+    window = watcher_silent_after()
+    if window and rows.exclude(watcher_last_seen_at__gte=now - window).update(**stamp):
+        queue.request_one(kyma.id, countdown=0)
+        return kyma
     rows.exclude(watcher_last_seen_at__gt=now - _HEARTBEAT_WRITE_EVERY).update(**stamp)
     return kyma
 

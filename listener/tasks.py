@@ -17,6 +17,7 @@ from django.conf import settings
 from django.utils import timezone
 from kombu.exceptions import OperationalError as KombuOperationalError
 
+from fleet.services.housekeeping import prune_per_kyma
 from kernel.errors import QueueUnavailable
 
 from .models import EventOutcome, WatchEventRecord
@@ -93,3 +94,11 @@ def forward_event_publish(*, route: Any, event: Any, kyma: Any, identity: Any) -
         )
     except (KombuOperationalError, OSError) as exc:
         raise QueueUnavailable(f"the task queue is unavailable: {exc}") from exc
+
+
+@shared_task(name="listener.housekeeping", acks_late=True, ignore_result=True)
+def housekeeping() -> None:
+    """Bound the event records (the newest ``LISTENER_EVENTS_KEPT`` per Kyma stay)."""
+    pruned = prune_per_kyma(WatchEventRecord, keep=settings.LISTENER_EVENTS_KEPT, order_field="received_at")
+    if pruned:
+        log.info("housekeeping: %d event record(s) pruned", pruned)

@@ -21,6 +21,8 @@ from pathlib import Path
 from django.conf import settings
 from django.db import close_old_connections
 
+from pki import services
+
 log = logging.getLogger(__name__)
 
 
@@ -32,18 +34,9 @@ def _write_private(path: Path, data: bytes) -> None:
     tmp.replace(path)
 
 
-def current_material() -> tuple[bytes, bytes, bytes]:
-    """(certificate, key, CA bundle) the listener should use now, issued if needed."""
-    from pki import services
-
-    services.ca_bootstrap()
-    cert = services.listener_certificate()
-    return cert.certificate_pem.encode(), cert.private_key.reveal_bytes(), services.ca_bundle_pem()
-
-
 def write_material(directory: Path) -> dict[str, str]:
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    cert, key, bundle = current_material()
+    cert, key, bundle = services.listener_material()
     paths = {
         "LISTENER_CERTFILE": directory / "tls.crt",
         "LISTENER_KEYFILE": directory / "tls.key",
@@ -82,7 +75,7 @@ class ListenerTLS:
         self._directory: Path | None = None
 
     def refresh(self) -> bool:
-        cert, key, bundle = current_material()
+        cert, key, bundle = services.listener_material()
         version = hashlib.sha256(cert + bundle).hexdigest()
         if version == self._version:
             return False

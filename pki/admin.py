@@ -12,11 +12,12 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from fleet.services.reconcile_queue import kyma_reconcile_request
+from fleet import queue
 from kernel.admin import state_badge
 from kernel.errors import ApplicationError
 
 from . import selectors, services
+from .jobs import ca_rotation_start
 from .metrics import EXPIRING_WITHIN, OVERDUE_AFTER
 from .models import Certificate, CertificateAuthority, CertificatePurpose, CertificateStatus
 
@@ -93,10 +94,8 @@ class CertificateAuthorityAdmin(ReadOnlyAdmin):
             return HttpResponseRedirect(reverse("admin:pki_certificateauthority_changelist"))
         if request.method == "POST":
             # The rotation is immediate; re-issuing thousands of certificates is a job with a progress page.
-            from fleet.jobs.services import job_rotate_ca
-
             try:
-                job = job_rotate_ca(user=request.user)
+                job = ca_rotation_start(user=request.user)
             except ApplicationError as exc:
                 messages.error(request, exc.message)
                 return HttpResponseRedirect(reverse("admin:pki_certificateauthority_changelist"))
@@ -200,7 +199,7 @@ class CertificateAdmin(ReadOnlyAdmin):
             except ApplicationError as exc:
                 messages.error(request, f"{cert}: {exc.message}")
         if kymas:
-            kyma_reconcile_request(kymas, reason="certificate renewed by an operator")
+            queue.request(kymas, reason="certificate renewed by an operator")
         count = len(kymas) + int(renewed_listener)
         messages.success(
             request, f"Renewed {count} certificate(s); runtimes receive theirs on their next reconcile."

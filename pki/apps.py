@@ -7,8 +7,9 @@ class PkiConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from controlplane.metrics import register_fleet_collector
+        from kernel.metrics import register_collector
 
-        from . import metrics
+        from . import jobs, metrics
 
-        register_fleet_collector("pki", metrics.collect)
+        register_collector("pki", metrics.collect)
+        jobs.register()

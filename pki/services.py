@@ -453,24 +453,8 @@ def runtime_secret_data(cert: Certificate, *, now: dt.datetime | None = None) ->
     }
 
 
-@dataclass(frozen=True)
-class MaintenanceReport:
-    ca_created: bool
-    ca_rotated: bool
-    renewed_kymas: list[int]
-    listener_certificate: str
-
-
-def pki_maintain(*, now: dt.datetime | None = None) -> MaintenanceReport:
-    """What beat runs periodically: a CA exists, rotates in time, certificates renew in time."""
-    now = _now(now)
-    _, created = ca_bootstrap(now=now)
-    rotated = False
-    if not created and ca_rotation_due(now):
-        ca_rotate(now=now)
-        rotated = True
-    renewed = certificates_renew_due(now=now)
-    listener = listener_certificate(now=now)
-    # Superseded certificates stay visible until they expire, then go.
-    Certificate.objects.filter(superseded_at__isnull=False, not_after__lte=now).delete()
-    return MaintenanceReport(created, rotated, renewed, listener.fingerprint)
+def listener_material() -> tuple[bytes, bytes, bytes]:
+    """(certificate, key, CA bundle) the listener serves with now, issued if needed."""
+    ca_bootstrap()
+    cert = listener_certificate()
+    return cert.certificate_pem.encode(), cert.private_key.reveal_bytes(), ca_bundle_pem()

@@ -6,9 +6,9 @@ import logging
 
 from celery import shared_task
 
-from fleet.services.reconcile_queue import kyma_reconcile_request
+from fleet import queue
 
-from . import services
+from . import maintenance
 
 log = logging.getLogger(__name__)
 
@@ -16,9 +16,9 @@ log = logging.getLogger(__name__)
 @shared_task(name="pki.maintain", acks_late=True, ignore_result=True)
 def pki_maintain() -> None:
     """Bootstrap/rotate the CA, renew due certificates, and push renewed ones to their runtimes."""
-    report = services.pki_maintain()
+    report = maintenance.pki_maintain()
     if report.renewed_kymas:
-        kyma_reconcile_request(report.renewed_kymas, reason="certificate renewed")
+        queue.request(report.renewed_kymas, reason="certificate renewed")
     if report.ca_created or report.ca_rotated or report.renewed_kymas:
         log.info(
             "PKI maintenance: CA created=%s rotated=%s, %d certificate(s) renewed",

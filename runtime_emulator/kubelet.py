@@ -44,7 +44,7 @@ from runtime_emulator.workloads import DeploymentChange, DeploymentEvent
 
 logger = logging.getLogger(__name__)
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 MODULE = "watchers.runtime"
 
 

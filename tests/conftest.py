@@ -42,7 +42,7 @@ def _clean_broker() -> None:
 @pytest.fixture(autouse=True)
 def _clean_reconcile_marks() -> None:
     """Reconcile marks kept in Redis outlive a test's database; each test starts without any."""
-    from fleet.services.reconcile_flags import RedisFlags, flags
+    from fleet.queue.marks import RedisFlags, flags
 
     store = flags()
     if isinstance(store, RedisFlags):

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+from celery import current_app
 from django.db import transaction
 
+from fleet.models import Kyma
 from kernel.errors import Conflict
 from kernel.services import deletion_begin, resource_save, stored_spec
 
 from .models import DEFAULT_GATEWAY, Watcher
 
+FANOUT_TASK = "controlplane.kyma_reconcile_fanout"
+
 
 def _fan_out(reason: str) -> None:
-    from fleet.tasks import kyma_reconcile_fanout
-
-    transaction.on_commit(lambda: kyma_reconcile_fanout.delay(reason))
+    """Reconcile every Kyma, in batches, from a worker (published by the task's stable name: the
+    fleet's task module sits above this app)."""
+    transaction.on_commit(lambda: current_app.send_task(FANOUT_TASK, args=[reason]))
 
 
 def watcher_save(watcher: Watcher) -> bool:
@@ -77,8 +81,6 @@ def watchers_finalize() -> list[str]:
     A Kyma records the Watchers of the webhook configuration it applied (``applied_watchers``);
     the reconciles that the deletion fanned out drop the Watcher from every reachable runtime.
     """
-    from fleet.models import Kyma
-
     deleting = {str(w.uid): w for w in Watcher.objects.filter(deletion_timestamp__isnull=False)}
     if not deleting:
         return []

@@ -10,8 +10,8 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
-from fleet.dashboard.selectors import watcher_q, watcher_silent_after
 from fleet.models import KymaState
+from fleet.selectors import watcher_q, watcher_silent_after
 
 
 class WatcherFilter(admin.SimpleListFilter):

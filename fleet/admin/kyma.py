@@ -14,10 +14,10 @@ from django.urls import path, reverse
 from django.utils import timezone
 
 from fleet.dashboard.kyma import kyma_page
-from fleet.dashboard.selectors import watcher_silent_after
 from fleet.jobs import services as job_services
 from fleet.k8s.kubeconfig import parse_kubeconfig
 from fleet.models import Kyma
+from fleet.selectors import watcher_silent_after
 from fleet.services import kymas as kyma_services
 from kernel.admin import ResourceAdmin, WriteOnlySecretField, age, secret_state, state_badge
 from kernel.errors import ApplicationError

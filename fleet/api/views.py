@@ -26,6 +26,7 @@ from fleet.services import modules as module_services
 from kernel.api.resources import ERROR_SCHEMA, ResourceReadViewSet, ResourceViewSet, document_schema
 from kernel.documents import registry
 from kernel.documents.schema import schema_errors
+from kernel.documents.yamlio import dump_yaml
 from kernel.errors import ApplicationError, ValidationFailed
 
 KUBECONFIG_STATE = {"type": "object", "properties": {"set": {"type": "boolean"}}}
@@ -88,8 +89,6 @@ def _kubeconfig_text(request: Request) -> str:
     if isinstance(data, dict) and set(data) == {"kubeconfig"} and isinstance(data["kubeconfig"], str):
         return data["kubeconfig"]
     if isinstance(data, dict) and "clusters" in data:
-        from kernel.documents.yamlio import dump_yaml
-
         return dump_yaml([data])
     raise ValidationFailed(
         "expected a kubeconfig",

@@ -9,11 +9,11 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
-from django.conf import settings
-from django.db.models import Count, IntegerField, Q, QuerySet, Sum, Value
+from django.db.models import Count, IntegerField, QuerySet, Sum, Value
 from django.utils import timezone
 
 from fleet.models import Job, Kyma, KymaState, ReconcileRecord
+from fleet.selectors import watcher_q
 from listener.models import WatchEventRecord
 from pki import selectors as pki_selectors
 from pki.metrics import EXPIRING_WITHIN, OVERDUE_AFTER
@@ -34,32 +34,6 @@ FAILING_FIELDS = (
     "error_streak",
     "updated_at",
 )
-
-
-def watcher_silent_after() -> dt.timedelta:
-    """How long a runtime watcher may stay unheard before it counts as silent (0: never)."""
-    return dt.timedelta(seconds=settings.WATCHER_SILENT_AFTER)
-
-
-def watcher_q(kind: str, now: dt.datetime) -> Q:
-    """Kymas whose runtime watcher is ``seen`` (heard within the window), ``silent`` (heard
-    before, not since) or ``never`` heard although the Kyma has a kubeconfig. Kymas being
-    deleted are left out: their watcher is being removed on purpose."""
-    window = watcher_silent_after()
-    alive = Q(deletion_timestamp__isnull=True)
-    if not window:  # the detection is off: heard once counts as seen
-        if kind == "seen":
-            return alive & Q(watcher_last_seen_at__isnull=False)
-        if kind == "silent":
-            return Q(pk__in=[])
-    cutoff = now - window
-    if kind == "seen":
-        return alive & Q(watcher_last_seen_at__gte=cutoff)
-    if kind == "silent":
-        return alive & Q(watcher_last_seen_at__lt=cutoff)
-    if kind == "never":
-        return alive & Q(watcher_last_seen_at__isnull=True) & ~Q(kubeconfig="")
-    raise ValueError(f"unknown watcher state {kind!r}")
 
 
 @dataclass(frozen=True)

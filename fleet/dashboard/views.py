@@ -15,6 +15,7 @@ from django.urls import reverse
 
 from fleet.admin.records import ReconcileRecordAdmin
 from fleet.models import KymaState
+from fleet.selectors import watcher_silent_after
 
 from . import selectors
 from .charts import BarChart, bar_chart
@@ -91,7 +92,7 @@ def fleet_context(overview: selectors.FleetOverview) -> dict[str, Any]:
         ),
         "reconciles_per_minute": round(overview.reconciles_total / window.minutes, 1),
         "events_per_minute": round(overview.events_total / window.minutes, 1),
-        "silent_after": int(selectors.watcher_silent_after().total_seconds()),
+        "silent_after": int(watcher_silent_after().total_seconds()),
     }
 
 

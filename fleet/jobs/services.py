@@ -14,26 +14,26 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
+from celery import current_app
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db import IntegrityError, transaction
-from django.db.models import Q, QuerySet
+from django.db import transaction
+from django.db.models import Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 from kombu.exceptions import OperationalError as KombuOperationalError
 
+from fleet import queue
 from fleet.models import Job, JobKind, JobStatus, Kyma
 from fleet.models.jobs import LOG_MAX_CHARS, LOG_MAX_LINES, MESSAGE_MAX_CHARS
-from fleet.services.reconcile_queue import kyma_reconcile_request
 from kernel.errors import ApplicationError, ValidationFailed
-from pki import services as pki
-from pki.models import Certificate, CertificatePurpose
 
 log = logging.getLogger(__name__)
 
 RECONCILE_BATCH = 500
-CERTIFICATE_BATCH = 200
 SLICE_SECONDS = 20.0
 LEASE = dt.timedelta(seconds=120)
+# Published by its stable name (the task module imports this one).
+JOB_TASK = "jobs.run"
 
 User = AbstractBaseUser | AnonymousUser | None
 
@@ -46,43 +46,10 @@ def job_reconcile_kymas(*, kyma_ids: Sequence[int], user: User) -> Job:
     ids = list(dict.fromkeys(int(kyma_id) for kyma_id in kyma_ids))
     if not ids:
         raise ValidationFailed("no Kymas to reconcile")
-    return _job_create(kind=JobKind.RECONCILE, targets={"kyma_ids": ids}, total=len(ids), user=user)
+    return job_create(kind=JobKind.RECONCILE, targets={"kyma_ids": ids}, total=len(ids), user=user)
 
 
-def job_rotate_ca(*, user: User) -> Job:
-    """Rotate the CA now, and re-issue every runtime certificate of older CAs in a job.
-
-    The rotation itself is one short transaction (a new CA joins the bundle and the old
-    certificates become due), done here so the person confirming it sees the new CA at once and
-    an error on the spot. Re-issuing thousands of certificates, and queueing the reconciles that
-    carry them to the runtimes, is the long part: that is the job.
-    """
-    with transaction.atomic():
-        ca = pki.ca_rotate()
-        job = _job_create(
-            kind=JobKind.CA_ROTATE,
-            targets={"certificates": "runtime certificates of older CAs"},
-            total=_older_certificates(ca.pk, after=0).count(),
-            user=user,
-        )
-        job.result = {
-            "ca_id": ca.pk,
-            "ca": ca.fingerprint,
-            "cursor": 0,
-            "reissued": 0,
-            "skipped": 0,
-            "queued": 0,
-        }
-        job.log = log_append(
-            "",
-            f"new CA {ca.fingerprint[:23]}… joined the bundle; "
-            f"the listener switches to it at {ca.serving_from:%Y-%m-%d %H:%M} UTC",
-        )
-        job.save(update_fields=["result", "log"])
-    return job
-
-
-def _job_create(*, kind: str, targets: dict, total: int, user: User) -> Job:
+def job_create(*, kind: str, targets: dict, total: int, user: User) -> Job:
     creator = user if user is not None and user.is_authenticated else None
     with transaction.atomic():
         job = Job.objects.create(kind=kind, targets=targets, total=total, created_by=creator)
@@ -92,11 +59,9 @@ def _job_create(*, kind: str, targets: dict, total: int, user: User) -> Job:
 
 def job_enqueue(job_id: int, *, countdown: float = 0) -> None:
     """Queue (a slice of) the job; a broker that refuses the message fails the job visibly."""
-    from fleet.jobs.tasks import job_run  # the task module imports this one
-
     options = {"countdown": countdown} if countdown > 0 else {}
     try:
-        job_run.apply_async(args=[job_id], retry=True, **options)
+        current_app.send_task(JOB_TASK, args=[job_id], retry=True, **options)
     except (KombuOperationalError, OSError) as exc:
         log.warning("job %s not queued: %s", job_id, exc)
         Job.objects.filter(pk=job_id).exclude(status__in=[JobStatus.COMPLETED, JobStatus.FAILED]).update(
@@ -193,7 +158,7 @@ def _short(message: str) -> str:
     return message if len(message) <= MESSAGE_MAX_CHARS else message[: MESSAGE_MAX_CHARS - 1] + "…"
 
 
-def _check_time(deadline: float | None) -> None:
+def check_time(deadline: float | None) -> None:
     if deadline is not None and time.monotonic() >= deadline:
         raise _OutOfTime
 
@@ -206,11 +171,11 @@ def _run_reconcile(job: Job, deadline: float | None) -> None:
     ids: list[int] = job.targets.get("kyma_ids", [])
     job.result = {"queued": 0, "covered": 0, "gone": 0, **job.result}
     while job.done < len(ids):
-        _check_time(deadline)
+        check_time(deadline)
         batch = ids[job.done : job.done + RECONCILE_BATCH]
         present = set(Kyma.objects.filter(pk__in=batch).values_list("pk", flat=True))
         wanted = [kyma_id for kyma_id in batch if kyma_id in present]
-        queued = kyma_reconcile_request(wanted, reason=f"job {job.pk}") if wanted else []
+        queued = queue.request(wanted, reason=f"job {job.pk}") if wanted else []
         job.result["queued"] += len(queued)
         job.result["covered"] += len(wanted) - len(queued)
         job.result["gone"] += len(batch) - len(wanted)
@@ -228,60 +193,14 @@ def _run_reconcile(job: Job, deadline: float | None) -> None:
     )
 
 
-def _older_certificates(ca_id: int, *, after: int) -> QuerySet:
-    """Kymas (ids, in order, past ``after``) whose current runtime certificate is not from the CA."""
-    return (
-        Certificate.objects.filter(
-            purpose=CertificatePurpose.RUNTIME, superseded_at__isnull=True, kyma_id__gt=after
-        )
-        .exclude(issuer_id=ca_id)
-        .order_by("kyma_id")
-        .values_list("kyma_id", flat=True)
-    )
+Runner = Callable[[Job, "float | None"], None]
+RUNNERS: dict[str, Runner] = {}
 
 
-def _run_ca_rotate(job: Job, deadline: float | None) -> None:
-    """Re-issue the runtime certificates of older CAs in batches, in Kyma id order (a resumed job
-    continues after ``result["cursor"]``), and queue the reconciles that deliver them."""
-    result = job.result
-    while True:
-        _check_time(deadline)
-        kyma_ids = list(_older_certificates(result["ca_id"], after=result["cursor"])[:CERTIFICATE_BATCH])
-        if not kyma_ids:
-            break
-        kymas = list(Kyma.objects.filter(pk__in=kyma_ids))
-        issued = _retry_on_conflict(lambda kymas=kymas: pki.certificates_issue_bulk(kymas=kymas))
-        queued = kyma_reconcile_request([kyma.pk for kyma in kymas], reason="CA rotated")
-        result["cursor"] = kyma_ids[-1]
-        result["reissued"] += issued
-        result["skipped"] += len(kyma_ids) - issued
-        result["queued"] += len(queued)
-        job_progress(
-            job,
-            done=job.done + len(kyma_ids),
-            line=f"{issued} certificate(s) re-issued, {len(kyma_ids) - issued} skipped, "
-            f"{len(queued)} reconcile(s) queued",
-        )
-    job.message = (
-        f"CA {result['ca'][:23]}… issues from now on; {result['reissued']} runtime certificate(s) re-issued"
-        + (f", {result['skipped']} skipped (Kyma without SKR domain)" if result["skipped"] else "")
-        + "; runtimes receive them with their next reconcile."
-    )
+def register_runner(kind: str, runner: Runner) -> None:
+    """An app's kind of job (``kind`` from :class:`JobKind`): ``runner(job, deadline)`` does the
+    work in batches, calls :func:`job_progress` after each and :func:`check_time` between them."""
+    RUNNERS[kind] = runner
 
 
-def _retry_on_conflict(issue: Callable[[], int], attempts: int = 3) -> int:
-    """A reconcile may renew one of the batch's certificates at the same moment (the database's
-    one-current-certificate rule refuses the second): do the batch again."""
-    for attempt in range(attempts):
-        try:
-            return issue()
-        except IntegrityError:
-            if attempt == attempts - 1:
-                raise
-    return 0
-
-
-RUNNERS: dict[str, Callable[[Job, float | None], None]] = {
-    JobKind.RECONCILE: _run_reconcile,
-    JobKind.CA_ROTATE: _run_ca_rotate,
-}
+register_runner(JobKind.RECONCILE, _run_reconcile)

@@ -116,7 +116,7 @@ class Kyma(NamespacedResourceModel):
     module_status = models.JSONField(default=list, blank=True)
     active_channel = models.CharField(max_length=32, blank=True)
 
-    # Scheduling of reconciles (see fleet.services.reconcile_queue).
+    # Scheduling of reconciles (see fleet.queue.requests).
     last_reconcile_at = models.DateTimeField(null=True, blank=True)
     next_reconcile_at = models.DateTimeField(null=True, blank=True)
     # The mark "a reconcile task is queued": when it may start at the earliest (its ETA), and the

@@ -1,5 +1,6 @@
 """The reconcile engine: make what each Kyma says true in its runtime."""
 
-from .engine import Outcome, kyma_reconcile, next_interval
+from .engine import kyma_reconcile
+from .status import Outcome, next_interval
 
 __all__ = ["Outcome", "kyma_reconcile", "next_interval"]

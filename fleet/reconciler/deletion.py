@@ -16,13 +16,12 @@ from pki.models import Certificate
 
 from . import modules, runtime_kyma, sync_resources, watcher_resources
 from .context import FALSE, ReconcileContext
+from .status import FINALIZER, Outcome, finish
 
 log = logging.getLogger(__name__)
 
 
-def run(ctx: ReconcileContext) -> object:
-    from .engine import FINALIZER, Outcome, finish
-
+def run(ctx: ReconcileContext) -> Outcome:
     kyma = ctx.kyma
     if FINALIZER in kyma.finalizers:
         if not kyma.kubeconfig:
@@ -43,7 +42,7 @@ def run(ctx: ReconcileContext) -> object:
     if not kyma.finalizers:
         log.info("Kyma %s cleaned up and deleted", kyma.key)
         kyma.delete()
-        return Outcome(KymaState.DELETING, writes, 0, True, "deleted")
+        return Outcome(KymaState.DELETING, writes, "deleted")
     ctx.messages.append("waiting for other finalizers: " + ", ".join(kyma.finalizers))
     return finish(ctx)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from django.conf import settings
+from fleet.selectors import watcher_silent_after
 
 from .context import FALSE, TRUE, ReconcileContext
 
@@ -22,7 +22,7 @@ CONDITION = "WatcherHeartbeat"
 
 
 def evaluate(ctx: ReconcileContext) -> None:
-    window = dt.timedelta(seconds=settings.WATCHER_SILENT_AFTER)
+    window = watcher_silent_after()
     if not window:
         ctx.drop_condition(CONDITION)
         return

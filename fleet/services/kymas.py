@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from django.db import transaction
 
+from fleet import queue
+from fleet.k8s.kubeconfig import validate_kubeconfig
 from fleet.models import Kyma
 from fleet.models.kyma import MODULE_DEFAULTS
 from kernel.errors import Conflict
 from kernel.services import deletion_begin, resource_save, stored_spec
-
-from .reconcile_queue import kyma_reconcile_request
 
 
 def _normalized_modules(modules: list) -> list:
@@ -31,7 +31,7 @@ def kyma_save(kyma: Kyma, *, reconcile: bool = True) -> bool:
     with transaction.atomic():
         changed = resource_save(kyma, before=stored_spec(kyma))
         if changed and reconcile:
-            kyma_reconcile_request([kyma.pk], reason="spec changed")
+            queue.request([kyma.pk], reason="spec changed")
     return changed
 
 
@@ -66,14 +66,13 @@ def kyma_apply(
 
 def kyma_set_kubeconfig(*, kyma: Kyma, kubeconfig: str) -> None:
     """Store (or clear, with ``""``) the runtime's kubeconfig, encrypted; reconcile with it."""
-    from fleet.k8s.kubeconfig import validate_kubeconfig  # parsing only, no client
 
     if kubeconfig:
         validate_kubeconfig(kubeconfig)
     with transaction.atomic():
         kyma.kubeconfig = kubeconfig
         kyma.save(update_fields=["kubeconfig", "updated_at"])
-        kyma_reconcile_request([kyma.pk], reason="kubeconfig changed")
+        queue.request([kyma.pk], reason="kubeconfig changed")
 
 
 def kyma_delete(*, kyma: Kyma) -> bool:
@@ -87,10 +86,10 @@ def kyma_delete(*, kyma: Kyma) -> bool:
             return True
         Kyma.objects.filter(pk=kyma.pk).update(state="Deleting")
         kyma.state = "Deleting"
-        kyma_reconcile_request([kyma.pk], reason="deletion")
+        queue.request([kyma.pk], reason="deletion")
     return False
 
 
 def kyma_reconcile_now(*, kymas: list[Kyma]) -> list[int]:
     """ "Reconcile now" from the admin or the API: the same coalesced request as any other."""
-    return kyma_reconcile_request([kyma.pk for kyma in kymas], reason="requested by a user")
+    return queue.request([kyma.pk for kyma in kymas], reason="requested by a user")

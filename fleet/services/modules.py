@@ -6,12 +6,11 @@ from typing import Any
 
 from django.db import transaction
 
+from fleet import queue
 from fleet.models import Kyma, Module, ModuleConfig, RevisionCounter, SyncResource
 from fleet.selectors import kyma_ids_using_module
 from kernel.errors import Conflict
 from kernel.services import deletion_begin, resource_save, stored_spec
-
-from .reconcile_queue import kyma_reconcile_request
 
 
 def module_save(module: Module) -> bool:
@@ -19,7 +18,7 @@ def module_save(module: Module) -> bool:
     with transaction.atomic():
         changed = resource_save(module, before=stored_spec(module))
         if changed:
-            kyma_reconcile_request(kyma_ids_using_module(module.name), reason=f"module {module.name} changed")
+            queue.request(kyma_ids_using_module(module.name), reason=f"module {module.name} changed")
     return changed
 
 
@@ -44,7 +43,7 @@ def module_delete(*, module: Module) -> None:
     with transaction.atomic():
         affected = kyma_ids_using_module(module.name)
         module.delete()
-        kyma_reconcile_request(affected, reason=f"module {module.name} deleted")
+        queue.request(affected, reason=f"module {module.name} deleted")
 
 
 def moduleconfig_upsert(
@@ -86,7 +85,7 @@ def moduleconfig_set_status(*, config: ModuleConfig, status: dict) -> bool:
         config.status = status
         config.revision = RevisionCounter.next(ModuleConfig.REVISION_SEQUENCE)
         resource_save(config, before=config.spec_snapshot())
-        kyma_reconcile_request([config.kyma_id], reason="module status reported")
+        queue.request([config.kyma_id], reason="module status reported")
     return True
 
 
@@ -98,7 +97,7 @@ def syncresource_save(resource: SyncResource) -> bool:
         resource.namespace = resource.kyma.namespace if resource.kyma_id else resource.namespace
         changed = resource_save(resource, before=stored_spec(resource))
         if changed:
-            kyma_reconcile_request([resource.kyma_id], reason=f"sync resource {resource.name} changed")
+            queue.request([resource.kyma_id], reason=f"sync resource {resource.name} changed")
     return changed
 
 
@@ -131,5 +130,5 @@ def syncresource_delete(*, resource: SyncResource) -> bool:
     with transaction.atomic():
         kyma_id = resource.kyma_id
         gone = deletion_begin(resource)
-        kyma_reconcile_request([kyma_id], reason=f"sync resource {resource.name} deleted")
+        queue.request([kyma_id], reason=f"sync resource {resource.name} deleted")
     return gone

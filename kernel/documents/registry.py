@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from django.db import models, transaction
+from django.utils import timezone
 
 from kernel.errors import ApplicationError, ValidationFailed, summarize
 
@@ -164,7 +165,6 @@ class ApplyResult:
 
 
 def _age(value: Any) -> str:
-    from django.utils import timezone
 
     seconds = int((timezone.now() - value).total_seconds())
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):

@@ -7,15 +7,20 @@ requests can be read back from the queue.
 from __future__ import annotations
 
 import datetime as dt
+import io
 
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import Permission
+from django.core.management import call_command
 from django.urls import reverse
 from django.utils import timezone
 
 from fleet.jobs import services, tasks
 from fleet.models import Job, JobKind, JobStatus, Kyma
 from fleet.models.jobs import LOG_MAX_CHARS, LOG_MAX_LINES
+from pki import jobs as pki_jobs
+from pki import maintenance as pki_maintenance
 from pki import services as pki_services
 from pki.models import Certificate, CertificateAuthority
 from tests.factories import KymaFactory
@@ -66,7 +71,7 @@ class TestReconcileJob:
 
     def test_given_queued_and_deleted_kymas_then_the_end_state_says_so(self, admin_user, task_queue):
         kymas = KymaFactory.create_batch(4)
-        from fleet.services.reconcile_queue import kyma_reconcile_request
+        from fleet.queue.requests import kyma_reconcile_request
 
         kyma_reconcile_request([kymas[0].pk], reason="earlier")
         job = services.job_reconcile_kymas(kyma_ids=[k.pk for k in kymas], user=admin_user)
@@ -198,7 +203,7 @@ class TestCaRotationJob:
     def test_given_runtime_certificates_when_the_ca_rotates_then_the_job_reissues_them(
         self, admin_user, task_queue, monkeypatch
     ):
-        monkeypatch.setattr(services, "CERTIFICATE_BATCH", 2)
+        monkeypatch.setattr(pki_jobs, "CERTIFICATE_BATCH", 2)
         pki_services.ca_bootstrap()
         kymas = KymaFactory.create_batch(3)
         without_domain = KymaFactory()
@@ -207,7 +212,7 @@ class TestCaRotationJob:
         Kyma.objects.filter(pk=without_domain.pk).update(skr_domain="")
         task_queue()
 
-        job = services.job_rotate_ca(user=admin_user)
+        job = pki_jobs.ca_rotation_start(user=admin_user)
         new_ca = CertificateAuthority.objects.order_by("-joined_bundle_at", "-id").first()
 
         assert CertificateAuthority.objects.count() == 2  # the rotation itself is immediate
@@ -226,6 +231,19 @@ class TestCaRotationJob:
         assert all(current[k.pk] == new_ca.pk for k in kymas) and current[without_domain.pk] != new_ca.pk
         assert "3 runtime certificate(s) re-issued, 1 skipped" in job.message
         assert reconciles(task_queue()) == ids([*kymas, without_domain])
+
+    def test_given_the_cli_and_beat_then_they_start_the_same_rotation_job_as_the_admin(self, task_queue):
+        pki_services.ca_bootstrap()
+        kyma = KymaFactory()
+        pki_services.certificate_for_kyma(kyma=kyma)
+
+        call_command("pki", "rotate-ca", "--yes", stdout=io.StringIO())
+        due = settings.PKI_CA_VALIDITY_DAYS - settings.PKI_CA_ROTATE_BEFORE_DAYS + 1
+        report = pki_maintenance.pki_maintain(now=timezone.now() + dt.timedelta(days=due))
+
+        jobs = list(Job.objects.filter(kind=JobKind.CA_ROTATE).order_by("pk"))
+        assert report.ca_rotated
+        assert len(jobs) == 2 and all(job.total >= 1 for job in jobs)
 
 
 class TestAdmin:

@@ -10,10 +10,11 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
+from fleet import queue
 from fleet.models import Kyma, ReconcileRecord
-from fleet.services import reconcile_queue as queue
-from fleet.services.reconcile import LeaseBusy, TooSoon, kyma_reconcile_run
-from fleet.services.reconcile_flags import flags
+from fleet.queue import LeaseBusy, TooSoon
+from fleet.queue.marks import flags
+from fleet.reconciler.run import kyma_reconcile_run
 from kernel.errors import QueueUnavailable
 from tests.factories import KymaFactory
 
@@ -23,35 +24,35 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_given_no_pending_task_when_requested_twice_then_one_task(task_queue):
     kyma = KymaFactory()
     task_queue()
-    assert queue.kyma_reconcile_request([kyma.pk], reason="t") == [kyma.pk]
-    assert queue.kyma_reconcile_request([kyma.pk], reason="t") == []
+    assert queue.request([kyma.pk], reason="t") == [kyma.pk]
+    assert queue.request([kyma.pk], reason="t") == []
     assert [t.args for t in task_queue()] == [[kyma.pk]]
 
 
 def test_given_task_started_when_requested_again_then_a_new_task_follows(task_queue):
     kyma = KymaFactory()
-    queue.kyma_reconcile_request([kyma.pk], reason="t")
+    queue.request([kyma.pk], reason="t")
     task_queue()
-    queue.reconcile_started(kyma.pk)
-    assert queue.kyma_reconcile_request([kyma.pk], reason="after start") == [kyma.pk]
+    queue.started(kyma.pk)
+    assert queue.request([kyma.pk], reason="after start") == [kyma.pk]
     assert len(task_queue()) == 1
 
 
 def test_given_a_mark_whose_task_was_lost_when_its_ttl_passed_then_it_is_claimed_again(task_queue, settings):
     settings.RECONCILE_QUEUED_TTL = 1
     kyma = KymaFactory()
-    assert queue.kyma_reconcile_request([kyma.pk], reason="t") == [kyma.pk]
+    assert queue.request([kyma.pk], reason="t") == [kyma.pk]
     task_queue()  # the task is lost
-    assert queue.kyma_reconcile_request([kyma.pk], reason="t") == []
+    assert queue.request([kyma.pk], reason="t") == []
     time.sleep(1.1)
-    assert queue.kyma_reconcile_request([kyma.pk], reason="t") == [kyma.pk]
+    assert queue.request([kyma.pk], reason="t") == [kyma.pk]
 
 
 def test_given_broker_down_when_requested_then_error_and_claim_is_released(broker_down):
     kyma = KymaFactory(next_reconcile_at=timezone.now() + dt.timedelta(minutes=5))
     with pytest.raises(QueueUnavailable):
-        queue.kyma_reconcile_request([kyma.pk], reason="t")
-    assert queue.reconcile_queued([kyma.pk]) == set()
+        queue.request([kyma.pk], reason="t")
+    assert queue.queued([kyma.pk]) == set()
     # requests that coalesced into the failed claim were answered: the sweep picks the Kyma up
     assert Kyma.objects.get(pk=kyma.pk).next_reconcile_at <= timezone.now()
 
@@ -60,18 +61,18 @@ def test_given_request_inside_transaction_when_rolled_back_then_nothing_is_queue
     kyma = KymaFactory()
     task_queue()
     with transaction.atomic():
-        queue.kyma_reconcile_request([kyma.pk], reason="t")
+        queue.request([kyma.pk], reason="t")
         transaction.set_rollback(True)
     assert task_queue() == []
     with transaction.atomic():
-        queue.kyma_reconcile_request([kyma.pk], reason="t")
+        queue.request([kyma.pk], reason="t")
     assert len(task_queue()) == 1
 
 
 def test_given_many_kymas_when_requested_in_one_call_then_each_gets_one_task(task_queue):
     kymas = KymaFactory.create_batch(30)
     task_queue()
-    claimed = queue.kyma_reconcile_request([k.pk for k in kymas] * 2, reason="sweep")
+    claimed = queue.request([k.pk for k in kymas] * 2, reason="sweep")
     assert sorted(claimed) == sorted(k.pk for k in kymas)
     assert len(task_queue()) == 30
 
@@ -92,9 +93,9 @@ def test_given_lease_busy_when_task_runs_then_it_rearms_the_flag_for_a_retry(tas
     queue.lease_acquire(kyma.pk, owner="someone-else")
     with pytest.raises(LeaseBusy):
         kyma_reconcile_run(kyma.pk)
-    assert queue.reconcile_queued([kyma.pk]) == {kyma.pk}
+    assert queue.queued([kyma.pk]) == {kyma.pk}
     task_queue()
-    assert queue.kyma_reconcile_request([kyma.pk], reason="coalesces into the retry") == []
+    assert queue.request([kyma.pk], reason="coalesces into the retry") == []
 
 
 def test_given_a_kyma_reconciled_moments_ago_when_task_runs_then_it_is_deferred_and_coalesces(task_queue):
@@ -102,9 +103,9 @@ def test_given_a_kyma_reconciled_moments_ago_when_task_runs_then_it_is_deferred_
     with pytest.raises(TooSoon) as deferred:
         kyma_reconcile_run(kyma.pk, min_spacing=1.0)
     assert 0.5 < deferred.value.retry_after <= 0.7
-    assert queue.reconcile_queued([kyma.pk]) == {kyma.pk}
+    assert queue.queued([kyma.pk]) == {kyma.pk}
     task_queue()
-    assert queue.kyma_reconcile_request([kyma.pk], reason="coalesces into the retry") == []
+    assert queue.request([kyma.pk], reason="coalesces into the retry") == []
     assert not Kyma.objects.exclude(lease_owner="").exists()  # deferred before taking the lease
 
 
@@ -117,10 +118,10 @@ def test_given_no_recent_reconcile_when_task_runs_with_spacing_then_it_runs(last
 
 def test_given_a_task_already_queued_when_another_wants_to_retry_then_it_is_told_to_go():
     kyma = KymaFactory()
-    assert queue.reconcile_rearm(kyma.pk) is True  # nothing queued: this retry holds the mark
-    assert queue.reconcile_rearm(kyma.pk) is False  # a second would only duplicate the work
-    queue.reconcile_started(kyma.pk)
-    assert queue.reconcile_rearm(kyma.pk) is True
+    assert queue.rearm(kyma.pk) is True  # nothing queued: this retry holds the mark
+    assert queue.rearm(kyma.pk) is False  # a second would only duplicate the work
+    queue.started(kyma.pk)
+    assert queue.rearm(kyma.pk) is True
 
 
 def test_given_deleted_kyma_when_task_runs_then_it_returns_quietly():
@@ -129,41 +130,41 @@ def test_given_deleted_kyma_when_task_runs_then_it_returns_quietly():
 
 def test_given_an_event_just_before_the_queued_task_is_due_then_the_task_learns_when_it_may_read(task_queue):
     kyma = KymaFactory()
-    queued, eta = queue.kyma_reconcile_request_one(kyma.pk, countdown=0, margin=0)
+    queued, eta = queue.request_one(kyma.pk, countdown=0, margin=0)
     assert queued is True
     asked_at = timezone.now()
-    queued, covering = queue.kyma_reconcile_request_one(kyma.pk, countdown=0.1, margin=0.3)
+    queued, covering = queue.request_one(kyma.pk, countdown=0.1, margin=0.3)
     assert queued is False and abs(covering - eta) < dt.timedelta(
         milliseconds=1
     )  # coalesced into the task due now...
-    not_before = queue.reconcile_started(kyma.pk)
+    not_before = queue.started(kyma.pk)
     assert not_before is not None and not_before >= asked_at + dt.timedelta(seconds=0.3)  # ...which waits
-    assert queue.reconcile_started(kyma.pk) is None  # the mark is gone with its start
+    assert queue.started(kyma.pk) is None  # the mark is gone with its start
     assert len(task_queue()) == 1
 
 
 def test_given_an_event_well_before_the_queued_task_is_due_then_no_wait_is_asked(task_queue):
     kyma = KymaFactory()
-    queue.kyma_reconcile_request_one(kyma.pk, countdown=5, margin=0.05)
-    queued, eta = queue.kyma_reconcile_request_one(kyma.pk, countdown=5, margin=0.05)
+    queue.request_one(kyma.pk, countdown=5, margin=0.05)
+    queued, eta = queue.request_one(kyma.pk, countdown=5, margin=0.05)
     assert queued is False and eta > timezone.now() + dt.timedelta(seconds=4)
-    assert queue.reconcile_started(kyma.pk) is None
+    assert queue.started(kyma.pk) is None
 
 
 def test_given_later_events_then_the_latest_need_wins_and_an_earlier_one_never_lowers_it(task_queue):
     kyma = KymaFactory()
-    queue.kyma_reconcile_request_one(kyma.pk, countdown=0, margin=0)
+    queue.request_one(kyma.pk, countdown=0, margin=0)
     before = timezone.now()
-    queue.kyma_reconcile_request_one(kyma.pk, countdown=0, margin=0.6)
-    queue.kyma_reconcile_request_one(kyma.pk, countdown=0, margin=0.2)
-    assert queue.reconcile_started(kyma.pk) >= before + dt.timedelta(seconds=0.6)
+    queue.request_one(kyma.pk, countdown=0, margin=0.6)
+    queue.request_one(kyma.pk, countdown=0, margin=0.2)
+    assert queue.started(kyma.pk) >= before + dt.timedelta(seconds=0.6)
 
 
 def test_given_a_task_told_to_wait_when_it_runs_then_it_reads_no_earlier(task_queue):
     kyma = KymaFactory()
-    queue.kyma_reconcile_request_one(kyma.pk, countdown=0, margin=0)
+    queue.request_one(kyma.pk, countdown=0, margin=0)
     asked_at = timezone.now()
-    queue.kyma_reconcile_request_one(kyma.pk, countdown=0, margin=0.3)
+    queue.request_one(kyma.pk, countdown=0, margin=0.3)
     kyma_reconcile_run(kyma.pk)
     record = ReconcileRecord.objects.get(kyma_id=kyma.pk)
     assert record.started_at >= asked_at + dt.timedelta(seconds=0.3)
@@ -171,29 +172,29 @@ def test_given_a_task_told_to_wait_when_it_runs_then_it_reads_no_earlier(task_qu
 
 def test_given_a_deferred_task_then_its_retry_keeps_the_wait(task_queue):
     kyma = KymaFactory(last_reconcile_at=timezone.now())
-    queue.kyma_reconcile_request_one(kyma.pk, countdown=0, margin=0)
-    queue.kyma_reconcile_request_one(kyma.pk, countdown=0, margin=0.5)
+    queue.request_one(kyma.pk, countdown=0, margin=0)
+    queue.request_one(kyma.pk, countdown=0, margin=0.5)
     with pytest.raises(TooSoon) as deferred:
         kyma_reconcile_run(kyma.pk, min_spacing=0.3)  # the spacing alone would wait < 0.3 s
     assert deferred.value.retry_after >= 0.45
-    assert queue.reconcile_queued([kyma.pk]) == {kyma.pk}
+    assert queue.queued([kyma.pk]) == {kyma.pk}
 
 
 def test_given_a_raised_mark_when_its_claim_is_released_then_it_is_gone(task_queue):
     kyma = KymaFactory()
-    _, eta = queue.kyma_reconcile_request_one(kyma.pk, countdown=0, margin=0)
-    queue.kyma_reconcile_request_one(kyma.pk, countdown=0, margin=0.3)  # raises "not before"
+    _, eta = queue.request_one(kyma.pk, countdown=0, margin=0)
+    queue.request_one(kyma.pk, countdown=0, margin=0.3)  # raises "not before"
     flags().release([kyma.pk], eta)  # what a failed publish of the claim does
-    assert queue.reconcile_queued([kyma.pk]) == set()
+    assert queue.queued([kyma.pk]) == set()
 
 
 def test_given_a_mark_due_within_the_clock_skew_of_an_event_then_the_wait_is_recorded(task_queue, settings):
     settings.LISTENER_CLOCK_SKEW = 0.5
     kyma = KymaFactory()
-    queue.kyma_reconcile_request_one(kyma.pk, countdown=0.4, margin=0)  # due 0.4 s from now
+    queue.request_one(kyma.pk, countdown=0.4, margin=0)  # due 0.4 s from now
     # 0.3 s would be before that ETA, but the host that set it may run up to 0.5 s ahead
-    queue.kyma_reconcile_request_one(kyma.pk, countdown=0.4, margin=0.3)
-    assert queue.reconcile_started(kyma.pk) is not None
+    queue.request_one(kyma.pk, countdown=0.4, margin=0.3)
+    assert queue.started(kyma.pk) is not None
 
 
 def test_given_a_mark_near_its_expiry_when_a_wait_is_recorded_then_the_mark_outlives_it(task_queue, settings):
@@ -202,6 +203,6 @@ def test_given_a_mark_near_its_expiry_when_a_wait_is_recorded_then_the_mark_outl
     now = timezone.now()
     flags().claim([kyma.pk], now, now - dt.timedelta(seconds=0.5))  # an overdue task
     asked_at = timezone.now()
-    queue.kyma_reconcile_request_one(kyma.pk, countdown=0, margin=0.3)
+    queue.request_one(kyma.pk, countdown=0, margin=0.3)
     time.sleep(1.1)  # past the mark's own expiry, not past the wait it asks for
-    assert queue.reconcile_started(kyma.pk) >= asked_at + dt.timedelta(seconds=0.3)
+    assert queue.started(kyma.pk) >= asked_at + dt.timedelta(seconds=0.3)

@@ -10,9 +10,9 @@ from collections.abc import Callable
 import pytest
 
 from fleet.models import Kyma, ModuleConfig, ReconcileRecord, SyncResource
+from fleet.queue.requests import kyma_reconcile_request
 from fleet.services import kymas as kyma_services
 from fleet.services import modules as module_services
-from fleet.services.reconcile_queue import kyma_reconcile_request
 from pki import services as pki
 from tests.support.processes import start_worker
 from tests.support.runtimes import connected_kyma, keda_module, klm_watcher

@@ -8,7 +8,7 @@ import pytest
 import requests
 
 from fleet.models import Kyma
-from fleet.services.reconcile_queue import reconcile_queued
+from fleet.queue.requests import reconcile_queued
 from tests.fleet.test_documents import UPSTREAM_KYMA
 from tests.support.processes import start_web, start_worker
 

@@ -12,7 +12,7 @@ import pytest
 from django.db.models import Max, Sum
 
 from fleet.models import Kyma, ReconcileRecord
-from fleet.services.reconcile_queue import reconcile_queued
+from fleet.queue.requests import reconcile_queued
 from listener.models import WatchEventRecord
 from pki import services
 from tests.factories import KymaFactory

@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 
 from fleet.models import Kyma
-from fleet.services.reconcile_flags import flags
+from fleet.queue.marks import flags
 from pki import crypto, services
 from tests.factories import KymaFactory, WatcherFactory
 from tests.support.listener import (

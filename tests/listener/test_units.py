@@ -8,7 +8,8 @@ from urllib.parse import quote
 import pytest
 from django.utils import timezone
 
-from listener import identity, services
+from fleet import queue
+from listener import identity
 from listener.events import EventInvalid, parse_event
 from listener.models import WatchEventRecord
 from listener.recorder import EventRecorder
@@ -76,24 +77,20 @@ class TestCoverage:
     def test_given_a_countdown_then_events_inside_the_window_skip_the_round_trip(self, settings, task_queue):
         settings.LISTENER_RECONCILE_DELAY = 5
         kyma = KymaFactory()
-        coverage = services.Coverage()
+        coverage = queue.Coverage()
         task_queue()
         assert coverage.request(kyma.pk) is True
-        from fleet.services import reconcile_queue
-
-        reconcile_queue.reconcile_started(kyma.pk)  # even if the mark went away (task started early)...
+        queue.started(kyma.pk)  # even if the mark went away (task started early)...
         assert coverage.request(kyma.pk) is False  # ...the window says the task cannot have started
         assert len(task_queue()) == 1
 
     def test_given_no_countdown_then_every_event_asks(self, settings, task_queue):
         settings.LISTENER_RECONCILE_DELAY = 0
         kyma = KymaFactory()
-        coverage = services.Coverage()
+        coverage = queue.Coverage()
         task_queue()
         assert coverage.request(kyma.pk) is True
-        from fleet.services import reconcile_queue
-
-        reconcile_queue.reconcile_started(kyma.pk)
+        queue.started(kyma.pk)
         assert coverage.request(kyma.pk) is True
         assert len(task_queue()) == 2
 
@@ -103,23 +100,19 @@ class TestCoverage:
         settings.LISTENER_RECONCILE_DELAY = 0.2
         settings.LISTENER_EVENT_MARGIN = 0.2  # no window: the queued task is never far enough off
         kyma = KymaFactory()
-        coverage = services.Coverage()
+        coverage = queue.Coverage()
         assert coverage.request(kyma.pk) is True
         assert kyma.pk not in coverage._until
         asked_at = timezone.now()
         assert coverage.request(kyma.pk) is False
-        from fleet.services import reconcile_queue
-
-        assert reconcile_queue.reconcile_started(kyma.pk) >= asked_at + dt.timedelta(seconds=0.2)
+        assert queue.started(kyma.pk) >= asked_at + dt.timedelta(seconds=0.2)
 
     def test_given_someone_elses_old_mark_then_no_window_is_assumed(self, settings):
         settings.LISTENER_RECONCILE_DELAY = 0.1
         kyma = KymaFactory()
-        from fleet.services.reconcile_flags import flags
-
         five_seconds_ago = timezone.now() - dt.timedelta(seconds=5)
-        flags().claim([kyma.pk], five_seconds_ago, five_seconds_ago)
-        coverage = services.Coverage()
+        queue.flags().claim([kyma.pk], five_seconds_ago, five_seconds_ago)
+        coverage = queue.Coverage()
         assert coverage.request(kyma.pk) is False
         assert kyma.pk not in coverage._until
 
@@ -146,7 +139,7 @@ def test_given_identical_events_when_flushed_then_one_row_with_a_count():
 
 @pytest.mark.django_db
 def test_given_many_records_when_housekeeping_runs_then_the_newest_n_per_kyma_stay(settings):
-    from fleet.tasks import housekeeping
+    from listener.tasks import housekeeping
 
     settings.LISTENER_EVENTS_KEPT = 3
     first, second = KymaFactory(), KymaFactory()

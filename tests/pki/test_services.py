@@ -7,7 +7,7 @@ import datetime as dt
 import pytest
 from django.db import connection
 
-from pki import crypto, services
+from pki import crypto, maintenance, services
 from pki.models import Certificate, CertificateAuthority, CertificatePurpose
 from tests.factories import KymaFactory
 
@@ -195,17 +195,17 @@ class TestRotation:
         assert [ca.pk for ca in services.bundle_authorities(t4)] == [new_ca.pk]
 
     def test_given_the_rotation_window_when_maintaining_then_rotation_starts_by_itself(self):
-        services.pki_maintain(now=T0)
+        maintenance.pki_maintain(now=T0)
         assert CertificateAuthority.objects.count() == 1
-        services.pki_maintain(now=T0 + 50 * DAY)
+        maintenance.pki_maintain(now=T0 + 50 * DAY)
         assert CertificateAuthority.objects.count() == 1
-        report = services.pki_maintain(now=T0 + 57 * DAY)
+        report = maintenance.pki_maintain(now=T0 + 57 * DAY)
         assert report.ca_rotated and CertificateAuthority.objects.count() == 2
 
     def test_given_every_ca_expired_when_maintaining_then_a_new_ca_serves_at_once(self):
         old, _ = services.ca_bootstrap(now=T0)
         later = T0 + 200 * DAY
-        report = services.pki_maintain(now=later)
+        report = maintenance.pki_maintain(now=later)
         assert report.ca_created
         assert services.serving_authority(later).pk != old.pk
         assert services.listener_certificate(now=later).issuer_id == services.issuing_authority(later).pk
@@ -215,7 +215,7 @@ class TestRotation:
         first = services.certificate_for_kyma(kyma=kyma, now=T0)
         second = services.certificate_for_kyma(kyma=kyma, now=T0 + 31 * DAY)
         assert Certificate.objects.filter(purpose=CertificatePurpose.RUNTIME).count() == 2
-        services.pki_maintain(now=T0 + 61 * DAY)  # the first has expired; the second is due and superseded
+        maintenance.pki_maintain(now=T0 + 61 * DAY)  # the first has expired; the second is due and superseded
         superseded = Certificate.objects.filter(
             purpose=CertificatePurpose.RUNTIME, superseded_at__isnull=False
         )

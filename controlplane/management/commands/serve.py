@@ -10,6 +10,8 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from listener.tls import prepare_listener_tls
+
 CONFIGS = {
     "web": settings.BASE_DIR / "deploy" / "gunicorn" / "web.py",
     "listener": settings.BASE_DIR / "deploy" / "gunicorn" / "listener.py",
@@ -58,8 +60,6 @@ class Command(BaseCommand):
         if options["bind"]:
             env["WEB_BIND" if role == "web" else "LISTENER_BIND"] = _check_bind(options["bind"])
         if role == "listener":
-            from listener.tls import prepare_listener_tls
-
             env.update(prepare_listener_tls())
         metrics_dir = settings.STATE_DIR / "prometheus" / role
         shutil.rmtree(metrics_dir, ignore_errors=True)

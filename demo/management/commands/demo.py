@@ -24,9 +24,9 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db import close_old_connections
 
 from fleet.models import Kyma, Module, ModuleConfig
+from fleet.reconciler.runtime_edits import runtime_kyma_edit
 from fleet.services import kymas as kyma_services
 from fleet.services import modules as module_services
-from fleet.services.runtime_edits import runtime_kyma_edit
 from kernel.documents.yamlio import dump_yaml
 from kernel.errors import ApplicationError
 from pki import services as pki

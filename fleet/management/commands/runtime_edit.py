@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from fleet.models import Kyma
-from fleet.services.runtime_edits import runtime_kyma_edit
+from fleet.reconciler.runtime_edits import runtime_kyma_edit
 from kernel.errors import ApplicationError
 
 

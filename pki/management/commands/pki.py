@@ -9,10 +9,11 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
+from fleet import queue
 from fleet.models import Kyma
-from fleet.services.reconcile_queue import kyma_reconcile_request
 from kernel.errors import ApplicationError
 from pki import services
+from pki.jobs import ca_rotation_start
 from pki.models import CertificateAuthority
 
 
@@ -69,10 +70,10 @@ class Command(BaseCommand):
             answer = input("Start a CA rotation? Every runtime gets a new certificate. [y/N] ")
             if answer.strip().lower() not in ("y", "yes"):
                 raise CommandError("rotation cancelled")
-        ca = services.ca_rotate()
+        job = ca_rotation_start()
         self.stdout.write(
-            f"new CA {ca.fingerprint} joined the bundle; runtime certificates are re-issued; "
-            f"the listener switches to it at {ca.serving_from:%Y-%m-%d %H:%M} UTC"
+            f"new CA {job.result['ca']} joined the bundle; job {job.pk} re-issues the runtime "
+            f"certificates (follow it in the admin or with `manage.py pki status`)"
         )
 
     def do_export_bundle(self, options: dict[str, Any]) -> None:
@@ -102,7 +103,7 @@ class Command(BaseCommand):
         out.mkdir(parents=True, exist_ok=True)
         for filename, data in services.runtime_secret_data(cert).items():
             _write(out / filename, data, 0o600 if filename == "tls.key" else 0o644)
-        kyma_reconcile_request([kyma.pk], reason="certificate issued by an operator")
+        queue.request([kyma.pk], reason="certificate issued by an operator")
         self.stdout.write(
             f"wrote ca.crt, tls.crt, tls.key for {kyma.key} (certificate {cert.fingerprint}) to {out}"
         )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fleet.models import Kyma, ReconcileRecord
-from fleet.services.reconcile import kyma_reconcile_run
+from fleet.reconciler.run import kyma_reconcile_run
 
 
 def reconcile(kyma: Kyma) -> ReconcileRecord | None:

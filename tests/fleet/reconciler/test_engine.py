@@ -9,9 +9,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from fleet.models import Kyma, ModuleConfig, ReconcileRecord
+from fleet.reconciler.run import kyma_reconcile_run
 from fleet.services import kymas as kyma_services
 from fleet.services import modules as module_services
-from fleet.services.reconcile import kyma_reconcile_run
 from pki import crypto
 from pki import services as pki
 from tests.support.runtimes import connected_kyma, keda_module, klm_watcher

@@ -8,10 +8,10 @@ import threading
 
 import pytest
 
+from fleet import notifications
 from fleet.models import Kyma, ModuleConfig
 from fleet.reconciler import next_interval
 from fleet.services import kymas as kyma_services
-from fleet.services import notifications
 from pki import services as pki
 from pki.models import Certificate
 from runtime_emulator import PodHealth

@@ -17,6 +17,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from kernel.documents import schema
 from kernel.documents.yamlio import dump_json, dump_yaml
+from pki import services as pki_services
 from watchers import gateway as routing
 from watchers.models import Watcher, WatcherState
 
@@ -106,15 +107,13 @@ class Command(BaseCommand):
             self.stdout.write(dump_yaml(documents), ending="")
 
     def _credential(self, options: dict[str, Any], hosts: list[str]) -> dict[str, Any]:
-        from listener.tls import current_material
-
         for host in hosts:
             if not _covered(host, settings.LISTENER_HOSTNAMES):
                 self.stderr.write(
                     f"warning: {host} is not in LISTENER_HOSTNAMES: the listener certificate "
                     "in the credential Secret is not valid for it"
                 )
-        cert, key, bundle = current_material()
+        cert, key, bundle = pki_services.listener_material()
         return routing.credential_secret(
             cert=cert,
             key=key,

@@ -4,7 +4,7 @@ The mark is checked for every WatchEvent, so it must be cheap: with a Redis brok
 Redis (one key with an expiry, one round trip, no load on PostgreSQL); otherwise it is the
 ``Kyma.reconcile_queued_at``/``reconcile_not_before`` columns, claimed with a read and a
 conditional ``UPDATE ... RETURNING``. Both give the same guarantees (see
-:mod:`fleet.services.reconcile_queue`): one claimer wins, a mark older than
+:mod:`fleet.queue.requests`): one claimer wins, a mark older than
 ``RECONCILE_QUEUED_TTL`` counts as lost and can be claimed again, and a starting task clears the
 mark before it reads any state.
 
@@ -21,6 +21,7 @@ import functools
 from collections.abc import Sequence
 from typing import Protocol
 
+import redis
 from django.conf import settings
 from django.db import connection
 from django.utils import timezone
@@ -202,7 +203,6 @@ class RedisFlags:
     """The mark as a Redis key that expires by itself after ``RECONCILE_QUEUED_TTL``."""
 
     def __init__(self, url: str, prefix: str) -> None:
-        import redis
 
         self.client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
         self.prefix = prefix

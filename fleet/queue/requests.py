@@ -1,6 +1,6 @@
 """Queueing of Kyma reconciles: coalesced, durable, and never two at once for one Kyma.
 
-*Coalescing.* A mark per Kyma (:mod:`.reconcile_flags`: a Redis key, or a column) says "a
+*Coalescing.* A mark per Kyma (:mod:`.marks`: a Redis key, or a column) says "a
 reconcile task is in the broker and has not started". A request claims the mark and publishes a
 task only if it won the claim; a worker clears the mark when the task starts, *before* it reads
 any state. So an event that arrives while a task waits is covered by that task, and an event that
@@ -13,8 +13,7 @@ the webhook answered); the starting task then waits until that time.
 *Durability.* The claim is undone and :class:`QueueUnavailable` raised when the broker refuses the
 message, so a caller (the listener) can answer 503 and the sender retries.
 
-*Mutual exclusion.* A reconcile holds a lease (``lease_owner``/``lease_until``) taken with a
-conditional UPDATE; a task that finds the lease taken re-arms the flag and retries shortly.
+*Mutual exclusion* is :mod:`.lease`; what a task does when it cannot run now, :mod:`.retry`.
 """
 
 from __future__ import annotations
@@ -22,11 +21,9 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import logging
-import os
-import socket
 from collections.abc import Sequence
 
-from django.conf import settings
+from celery import current_app
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 from kombu.exceptions import OperationalError as KombuOperationalError
@@ -35,23 +32,19 @@ from redis.exceptions import RedisError
 from fleet.models import Kyma
 from kernel.errors import QueueUnavailable
 
-from .reconcile_flags import flags
+from .marks import flags
 
 log = logging.getLogger(__name__)
 
-
-def worker_id() -> str:
-    """Who holds a lease: host and process (computed per call: pool processes are forked)."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+RECONCILE_TASK = "controlplane.kyma_reconcile"
 
 
 def _publish(kyma_ids: Sequence[int], countdown: float) -> None:
-    from fleet.tasks import kyma_reconcile  # the task module imports services
-
+    """Publish the reconcile tasks by their stable name (the task module sits above this one)."""
     options = {"countdown": countdown} if countdown > 0 else {}
-    with kyma_reconcile.app.producer_or_acquire() as producer:
+    with current_app.producer_or_acquire() as producer:
         for kyma_id in kyma_ids:
-            kyma_reconcile.apply_async(args=[kyma_id], producer=producer, retry=True, **options)
+            current_app.send_task(RECONCILE_TASK, args=[kyma_id], producer=producer, retry=True, **options)
 
 
 def _publish_failed(kyma_ids: list[int], eta: dt.datetime) -> None:
@@ -151,26 +144,3 @@ def reconcile_rearm(kyma_id: int, retry_after: float = 0.0, *, not_before: dt.da
 
 def reconcile_queued(kyma_ids: Sequence[int]) -> set[int]:
     return flags().queued(kyma_ids)
-
-
-def lease_acquire(kyma_id: int, *, owner: str | None = None) -> bool:
-    owner = owner or worker_id()
-    now = timezone.now()
-    until = now + dt.timedelta(seconds=settings.RECONCILE_LEASE_SECONDS)
-    return bool(
-        Kyma.objects.filter(id=kyma_id)
-        .exclude(lease_until__gt=now)
-        .update(lease_owner=owner, lease_until=until)
-    )
-
-
-def lease_extend(kyma_id: int, *, owner: str | None = None) -> bool:
-    """Push the lease forward between reconcile steps; False means it was lost."""
-    owner = owner or worker_id()
-    until = timezone.now() + dt.timedelta(seconds=settings.RECONCILE_LEASE_SECONDS)
-    return bool(Kyma.objects.filter(id=kyma_id, lease_owner=owner).update(lease_until=until))
-
-
-def lease_release(kyma_id: int, *, owner: str | None = None) -> None:
-    owner = owner or worker_id()
-    Kyma.objects.filter(id=kyma_id, lease_owner=owner).update(lease_owner="", lease_until=None)

@@ -17,6 +17,7 @@ import requests
 from django.conf import settings
 
 from fleet.models import ModuleConfig
+from fleet.resources.kinds import ModuleConfigKind
 
 
 class NotifyFailed(Exception):
@@ -29,7 +30,6 @@ def signature(key: bytes, timestamp: str, body: bytes) -> str:
 
 def module_manager_notify(*, config_id: int) -> bool:
     """POST the current ModuleConfig to its manager; False when there is nothing to send."""
-    from fleet.resources.kinds import ModuleConfigKind
 
     config = ModuleConfig.objects.select_related("kyma", "module").filter(pk=config_id).first()
     if config is None or not config.module.manager_url or not config.module.notify_secret:

@@ -1,0 +1,57 @@
+"""Reconcile queueing, in one place: every interface asks for reconciles through this API.
+
+- :func:`request` (many Kymas) and :func:`request_one` (the listener's hot path) coalesce: a
+  mark per Kyma (:mod:`.marks`, Redis or a column) says a task is queued and not started, so
+  requests meanwhile publish nothing. A request may ask that the reconcile not read the runtime
+  before a time (an event just before the task is due; see ``LISTENER_EVENT_MARGIN``).
+- :func:`started` clears the mark when a task starts and returns that "not before" time;
+  :func:`rearm` makes a task that cannot run now (:mod:`.retry`) the one later requests join.
+- :mod:`.lease`: never two reconciles of one Kyma at once.
+- :class:`Coverage`: the listener skips the round trip for events a queued task provably covers.
+
+Tasks are published by their stable name (``controlplane.kyma_reconcile``): this package sits
+below the task module, the listener, the services, the jobs and beat, which all call it.
+"""
+
+from .coverage import Coverage
+from .lease import lease_acquire, lease_extend, lease_release, worker_id
+from .marks import flags
+from .requests import (
+    RECONCILE_TASK,
+)
+from .requests import (
+    kyma_reconcile_request as request,
+)
+from .requests import (
+    kyma_reconcile_request_one as request_one,
+)
+from .requests import (
+    reconcile_queued as queued,
+)
+from .requests import (
+    reconcile_rearm as rearm,
+)
+from .requests import (
+    reconcile_started as started,
+)
+from .retry import MAX_HOLD, LeaseBusy, RetryLater, TooSoon, hold_for
+
+__all__ = [
+    "MAX_HOLD",
+    "RECONCILE_TASK",
+    "Coverage",
+    "LeaseBusy",
+    "RetryLater",
+    "TooSoon",
+    "flags",
+    "hold_for",
+    "lease_acquire",
+    "lease_extend",
+    "lease_release",
+    "queued",
+    "rearm",
+    "request",
+    "request_one",
+    "started",
+    "worker_id",
+]

@@ -1,0 +1,41 @@
+"""The listener's shortcut: skip the queue round trip for events a queued reconcile covers."""
+
+from __future__ import annotations
+
+import time
+
+from django.conf import settings
+from django.utils import timezone
+
+from .requests import kyma_reconcile_request_one as request_one
+
+
+class Coverage:
+    """Skips the round trip for events a queued reconcile provably covers.
+
+    The reconcile that covers an event must read the runtime at least ``LISTENER_EVENT_MARGIN``
+    after the event: a validating webhook is called before the API server stores the change. A
+    task due at ``E`` (the ETA the queue reports; Celery holds a task until then) covers, without
+    asking, every event that arrives before ``E`` minus the margin. ``LISTENER_CLOCK_SKEW`` is
+    taken off for clocks of other hosts (workers, other listeners) that run ahead of ours. An
+    event closer to ``E`` asks the queue, which makes the task wait for it.
+    """
+
+    def __init__(self) -> None:
+        self._until: dict[int, float] = {}
+
+    def request(self, kyma_id: int) -> bool:
+        """Ask for a reconcile; True when this event queued a task."""
+        if time.monotonic() < self._until.get(kyma_id, 0.0):
+            return False
+        margin = settings.LISTENER_EVENT_MARGIN
+        queued, eta = request_one(kyma_id, countdown=settings.LISTENER_RECONCILE_DELAY, margin=margin)
+        window = (eta - timezone.now()).total_seconds() - margin - settings.LISTENER_CLOCK_SKEW
+        if window > 0:
+            if len(self._until) > 50_000:
+                self._until.clear()
+            self._until[kyma_id] = time.monotonic() + window
+        return queued
+
+    def clear(self) -> None:
+        self._until.clear()

@@ -1,0 +1,45 @@
+"""The reconcile lease: never two reconciles of one Kyma at once.
+
+A reconcile holds a lease (``lease_owner``/``lease_until`` on the Kyma) taken with a conditional
+UPDATE and extended between steps; a task that finds it taken re-arms its mark and retries
+shortly (:class:`fleet.queue.retry.LeaseBusy`). A worker that dies loses the lease when it runs out.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import socket
+
+from django.conf import settings
+from django.utils import timezone
+
+from fleet.models import Kyma
+
+
+def worker_id() -> str:
+    """Who holds a lease: host and process (computed per call: pool processes are forked)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def lease_acquire(kyma_id: int, *, owner: str | None = None) -> bool:
+    owner = owner or worker_id()
+    now = timezone.now()
+    until = now + dt.timedelta(seconds=settings.RECONCILE_LEASE_SECONDS)
+    return bool(
+        Kyma.objects.filter(id=kyma_id)
+        .exclude(lease_until__gt=now)
+        .update(lease_owner=owner, lease_until=until)
+    )
+
+
+def lease_extend(kyma_id: int, *, owner: str | None = None) -> bool:
+    """Push the lease forward between reconcile steps; False means it was lost."""
+    owner = owner or worker_id()
+    until = timezone.now() + dt.timedelta(seconds=settings.RECONCILE_LEASE_SECONDS)
+    return bool(Kyma.objects.filter(id=kyma_id, lease_owner=owner).update(lease_until=until))
+
+
+def lease_release(kyma_id: int, *, owner: str | None = None) -> None:
+    owner = owner or worker_id()
+    Kyma.objects.filter(id=kyma_id, lease_owner=owner).update(lease_owner="", lease_until=None)

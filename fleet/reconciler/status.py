@@ -1,0 +1,99 @@
+"""The end of every reconcile: the state, the status written only when it changed, the next time."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from fleet.k8s.client import RuntimeAPIError
+from fleet.models import Kyma, KymaState
+
+from . import runtime_kyma
+from .context import ReconcileContext, comparable, derive_state, merged_conditions
+
+log = logging.getLogger(__name__)
+
+FINALIZER = "operator.kyma-project.io/kyma"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    state: str
+    runtime_writes: int
+    message: str = ""
+
+
+def next_interval(state: str, error_streak: int) -> float:
+    """Seconds until the next periodic reconcile, by state (Error backs off exponentially)."""
+    if state == KymaState.READY:
+        return settings.RECONCILE_READY_INTERVAL
+    if state == KymaState.WARNING:
+        return settings.RECONCILE_WARNING_INTERVAL
+    if state == KymaState.ERROR:
+        first, maximum = settings.RECONCILE_ERROR_BACKOFF
+        return min(maximum, first * 2 ** max(0, error_streak - 1))
+    return settings.RECONCILE_PROCESSING_INTERVAL
+
+
+def _status_for_runtime(state: str, ctx: ReconcileContext) -> dict:
+    return {
+        "state": state,
+        "activeChannel": ctx.kyma.channel,
+        "modules": [
+            {"name": m.name, "state": m.state, **({"version": m.version} if m.version else {})}
+            for m in ctx.modules
+        ],
+    }
+
+
+def finish(ctx: ReconcileContext) -> Outcome:
+    """Compute the state and write the status, only if something changed."""
+    kyma = ctx.kyma
+    state = derive_state(ctx)
+    conditions = merged_conditions(kyma.conditions, ctx, kyma.generation)
+    # When the runtime could not be read, what was known about its modules stays as it was.
+    reached = bool(ctx.modules) or not ctx.fatal
+    module_status = [m.status() for m in ctx.modules] if reached else kyma.module_status
+    if ctx.remote_kyma is not None:
+        try:
+            runtime_kyma.mirror_status(ctx, ctx.remote_kyma, _status_for_runtime(state, ctx))
+        except RuntimeAPIError as exc:
+            log.info("could not mirror the status into the runtime of %s: %s", kyma.key, exc.message)
+    changed = (
+        state != kyma.state
+        or comparable(conditions) != comparable(kyma.conditions)
+        or module_status != kyma.module_status
+        or kyma.observed_generation != kyma.generation
+        or kyma.active_channel != kyma.channel
+    )
+    streak = kyma.error_streak + 1 if state == KymaState.ERROR else 0
+    next_at = ctx.now + dt.timedelta(seconds=next_interval(state, streak))
+    if ctx.recheck_at is not None:
+        next_at = min(next_at, ctx.recheck_at)
+    fields = {
+        "last_reconcile_at": ctx.now,
+        "next_reconcile_at": next_at,
+        "error_streak": streak,
+        "applied_watchers": kyma.applied_watchers,
+    }
+    if changed:
+        message = ctx.fatal or "; ".join(ctx.messages) or f"reconciled: {state}"
+        fields.update(
+            state=state,
+            conditions=conditions,
+            module_status=module_status,
+            observed_generation=kyma.generation,
+            active_channel=kyma.channel,
+            last_operation={
+                "operation": message[:500],
+                "lastUpdateTime": ctx.now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            },
+        )
+    Kyma.objects.filter(pk=kyma.pk).update(**fields)
+    for name, value in fields.items():
+        setattr(kyma, name, value)
+    counts = ctx.client.counts if ctx.client is not None else None
+    return Outcome(state, counts.writes if counts else 0, ctx.fatal or "; ".join(ctx.messages))
