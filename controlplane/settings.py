@@ -439,3 +439,8 @@ CELERY_BEAT_SCHEDULE["watchers-finalize"] = {
     "schedule": 30.0,
     "options": {"expires": 30.0},
 }
+CELERY_BEAT_SCHEDULE["watchers-status"] = {
+    "task": "watchers.status_refresh",
+    "schedule": 30.0,
+    "options": {"expires": 30.0},
+}

@@ -10,6 +10,7 @@ from kernel.errors import Conflict
 from kernel.services import deletion_begin, resource_save, stored_spec
 
 from .models import DEFAULT_GATEWAY, Watcher
+from .status import marked_uid, watchers_status_refresh
 
 FANOUT_TASK = "controlplane.kyma_reconcile_fanout"
 
@@ -21,7 +22,10 @@ def _fan_out(reason: str) -> None:
 
 
 def watcher_save(watcher: Watcher) -> bool:
-    """Validate and store a Watcher; on change every Kyma is reconciled (in batches)."""
+    """Validate and store a Watcher; on change every Kyma is reconciled (in batches).
+
+    Its status is computed at once (a changed spec is Processing until the runtimes carry it).
+    """
     if watcher.is_deleting:
         raise Conflict(f"Watcher {watcher.key} is being deleted; it cannot be changed")
     # Upstream's default gateway selector, written out so the stored spec says what applies.
@@ -30,6 +34,7 @@ def watcher_save(watcher: Watcher) -> bool:
         changed = resource_save(watcher, before=stored_spec(watcher))
         if changed:
             _fan_out(f"watcher {watcher.key} changed")
+        watchers_status_refresh(watchers=[watcher])
     return changed
 
 
@@ -87,7 +92,7 @@ def watchers_finalize() -> list[str]:
     in_use: set[str] = set()
     applied_lists = Kyma.objects.exclude(applied_watchers=[]).values_list("applied_watchers", flat=True)
     for applied in applied_lists.iterator():
-        in_use.update(applied)
+        in_use.update(marked_uid(mark) for mark in applied)
     gone = []
     for uid, watcher in deleting.items():
         if uid not in in_use:

@@ -7,6 +7,7 @@ import logging
 from celery import shared_task
 
 from .services import watchers_finalize
+from .status import watchers_status_refresh
 
 log = logging.getLogger(__name__)
 
@@ -15,3 +16,9 @@ log = logging.getLogger(__name__)
 def finalize() -> int:
     """Delete Watchers in Deleting that no runtime's webhook configuration uses any more."""
     return len(watchers_finalize())
+
+
+@shared_task(name="watchers.status_refresh", acks_late=True, ignore_result=True)
+def status_refresh() -> int:
+    """Recompute every Watcher's status from what the runtimes' reconciles recorded."""
+    return watchers_status_refresh()

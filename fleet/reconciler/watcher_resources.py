@@ -13,6 +13,7 @@ from typing import Any
 from pki import services as pki
 from watchers.models import Watcher
 from watchers.rendering import HASH_ANNOTATION, NAME, NAMESPACE, runtime_watcher_resources
+from watchers.status import rollout_mark, webhook_problem
 
 from .context import FALSE, TRUE, ReconcileContext
 
@@ -20,7 +21,10 @@ FAILING_REASONS = ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "Crea
 
 
 def active_watchers() -> list[Watcher]:
-    return list(Watcher.objects.filter(deletion_timestamp__isnull=True).order_by("namespace", "name"))
+    """Watchers whose webhook goes into every runtime; one that cannot be rendered is left out
+    (its status says why) rather than make every runtime refuse the whole configuration."""
+    watchers = Watcher.objects.filter(deletion_timestamp__isnull=True).order_by("namespace", "name")
+    return [w for w in watchers if not webhook_problem(w)]
 
 
 def _apply_if_changed(ctx: ReconcileContext, doc: dict[str, Any]) -> dict[str, Any] | None:
@@ -48,7 +52,7 @@ def sync(ctx: ReconcileContext, watchers: list[Watcher]) -> None:
         live = _apply_if_changed(ctx, doc)
         if doc["kind"] == "Deployment":
             deployment = live
-    ctx.kyma.applied_watchers = sorted(str(w.uid) for w in watchers)
+    ctx.kyma.applied_watchers = sorted(rollout_mark(w) for w in watchers)
     if deployment is None:  # just applied: its status is only known after the apply settled
         deployment = ctx.client.get("apps/v1", "Deployment", NAME, NAMESPACE)
     readiness(ctx, deployment)
