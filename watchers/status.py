@@ -28,8 +28,8 @@ from collections.abc import Iterable, Iterator
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from controlplane.models import Kyma, KymaState
-from controlplane.resources.schema import DNS_LABEL
+from fleet.models import Kyma, KymaState
+from kernel.documents.schema import DNS_LABEL
 
 from .models import MANAGED_BY_LABEL, Watcher, WatcherState
 from .rendering import document_hash, webhook

@@ -12,8 +12,8 @@ from django.test.utils import CaptureQueriesContext
 from jsonschema import Draft202012Validator, FormatChecker
 
 from pki import services as pki
-from tests.controlplane.reconciler.helpers import reconcile
 from tests.factories import KymaFactory
+from tests.fleet.reconciler.helpers import reconcile
 from tests.support.runtimes import KLM, connected_kyma, keda_module
 from watchers.models import Watcher
 from watchers.resources import WatcherKind
