@@ -190,8 +190,8 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["controlplane.api.permissions.StaffModelPermissions"],
     "DEFAULT_PARSER_CLASSES": [
-        "rest_framework.parsers.JSONParser",
-        "controlplane.api.yaml.YAMLParser",
+        "controlplane.api.parsers.JSONParser",
+        "controlplane.api.parsers.YAMLParser",
     ],
     "DEFAULT_RENDERER_CLASSES": [
         "rest_framework.renderers.JSONRenderer",
