@@ -25,7 +25,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def setup_django(name: str) -> None:
-    sys.path.insert(0, str(ROOT))
+    # The project's packages come first, and bench/ (the script's directory) goes: bench/fleet.py
+    # would otherwise shadow the fleet app.
+    here = Path(__file__).resolve().parent
+    sys.path[:] = [str(ROOT), *(p for p in sys.path if p and Path(p).resolve() != here)]
     os.environ.setdefault("CONTROLPLANE_STATE_DIR", str(ROOT / ".state" / f"bench-{name}"))
     os.environ["DJANGO_SETTINGS_MODULE"] = "controlplane.settings"
     if os.environ.get("BENCH_DATABASE_URL"):

@@ -59,8 +59,8 @@ setup_django("e2e")
 from django.conf import settings
 from django.utils import timezone
 
+from fleet import queue
 from fleet.models import Kyma, ReconcileRecord
-from fleet.queue.requests import kyma_reconcile_request
 from kernel.documents.yamlio import dump_yaml
 from kernel.sealing import Sealed
 from listener.models import WatchEventRecord
@@ -113,7 +113,7 @@ def converge(measured: list[Kyma], load: list[Kyma], timeout: float = 180) -> No
         reporting = Kyma.objects.filter(pk__in=[k.pk for k in measured], watcher_last_seen_at__isnull=False)
         if all(state == "Ready" for state in states.values()) and reporting.count() == len(measured):
             return
-        kyma_reconcile_request(ids, reason="bench: converge")
+        queue.request(ids, reason="bench: converge")
         time.sleep(1)
     raise TimeoutError(
         f"not converged: {Kyma.objects.filter(pk__in=ids).exclude(state='Ready').count()} not Ready"

@@ -37,8 +37,8 @@ from django.db import connection
 from django.db.models import Count
 from django.test.utils import CaptureQueriesContext
 
+from fleet import queue
 from fleet.models import Kyma, Module, ModuleConfig, ReconcileRecord
-from fleet.queue.requests import kyma_reconcile_request
 from fleet.reconciler.run import kyma_reconcile_run
 from kernel.documents.yamlio import dump_yaml
 from kernel.sealing import Sealed
@@ -113,7 +113,7 @@ def sweep(ids: list[int], since_id: int, timeout: float = 900) -> float:
     """Queue a reconcile of every Kyma (as beat's sweep does) and wait until all have run."""
     started = time.perf_counter()
     for start in range(0, len(ids), 500):
-        kyma_reconcile_request(ids[start : start + 500], reason="bench sweep")
+        queue.request(ids[start : start + 500], reason="bench sweep")
     while time.perf_counter() - started < timeout:
         done = ReconcileRecord.objects.filter(pk__gt=since_id).values("kyma_id").distinct().count()
         if done >= len(ids):

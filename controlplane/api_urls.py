@@ -4,6 +4,7 @@ from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
 from fleet.api.views import ApplyView, KymaViewSet, ModuleConfigViewSet, ModuleViewSet, SyncResourceViewSet
+from listener.api import WatchEventViewSet
 from pki.api import CertificateAuthorityViewSet, CertificateViewSet
 from watchers.api import WatcherViewSet
 
@@ -15,6 +16,7 @@ router.register("moduleconfigs", ModuleConfigViewSet, basename="moduleconfig")
 router.register("syncresources", SyncResourceViewSet, basename="syncresource")
 router.register("certificates", CertificateViewSet, basename="certificate")
 router.register("certificateauthorities", CertificateAuthorityViewSet, basename="certificateauthority")
+router.register("events", WatchEventViewSet, basename="event")
 
 urlpatterns = [
     path("apply/", ApplyView.as_view(), name="apply"),

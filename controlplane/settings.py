@@ -197,8 +197,8 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["kernel.api.permissions.StaffModelPermissions"],
     "DEFAULT_PARSER_CLASSES": [
-        "rest_framework.parsers.JSONParser",
-        "kernel.api.yaml.YAMLParser",
+        "kernel.api.parsers.JSONParser",
+        "kernel.api.parsers.YAMLParser",
     ],
     "DEFAULT_RENDERER_CLASSES": [
         "rest_framework.renderers.JSONRenderer",

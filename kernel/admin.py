@@ -6,6 +6,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
@@ -14,6 +15,7 @@ from django.utils.html import format_html
 from django.utils.timesince import timesince
 
 from kernel.errors import ApplicationError
+from kernel.fields import BoundedJSONField
 
 STATE_COLOURS = {
     "Ready": "#1a7f37",
@@ -63,6 +65,7 @@ class ResourceAdmin(admin.ModelAdmin):
 
     show_full_result_count = False
     list_per_page = 50
+    formfield_overrides = {models.JSONField: {"form_class": BoundedJSONField}}
     # Columns the changelist does not show; deferred there so a page stays cheap at fleet scale.
     changelist_defer: tuple[str, ...] = ()
 

@@ -29,7 +29,7 @@ from django.db import DatabaseError, close_old_connections
 from kernel.errors import ApplicationError
 
 from . import metrics, services
-from .events import MAX_BODY, EventInvalid, parse_event
+from .events import MAX_BODY, EventInvalid, parse_body, parse_event
 from .identity import ClientIdentity, IdentityError, client_identity
 
 log = logging.getLogger(__name__)
@@ -100,12 +100,7 @@ def accept_event(environ: dict[str, Any], contract: str, component: str) -> dict
 def accept_heartbeat(environ: dict[str, Any]) -> dict[str, Any]:
     identity = authenticate(environ)
     body = read_body(environ)
-    try:
-        data = json.loads(body or b"{}")
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise EventInvalid(f"body is not JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise EventInvalid("body must be a JSON object")
+    data = parse_body(body or b"{}")
     report = {
         key: value
         for key, kind in REPORT_FIELDS.items()

@@ -12,6 +12,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from kernel.documents.nesting import DocumentTooComplex, json_loads
+
 CONTRACTS = ("v1", "v2")
 MAX_BODY = 16 * 1024
 
@@ -65,17 +67,25 @@ def _key(value: Any, field: str, *, name_required: bool) -> ObjectKey:
     return ObjectKey(folded.get("namespace", ""), folded.get("name", ""))
 
 
+def parse_body(body: bytes) -> dict[str, Any]:
+    """The body as a JSON object, or ``EventInvalid`` (malformed, too deep, not an object)."""
+    try:
+        data = json_loads(body, source="body")
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise EventInvalid(f"body is not JSON: {exc}") from None
+    except DocumentTooComplex as exc:
+        raise EventInvalid(str(exc)) from None
+    if not isinstance(data, dict):
+        raise EventInvalid("body must be a JSON object")
+    return data
+
+
 def parse_event(contract: str, component: str, body: bytes) -> WatchEvent:
     if contract not in CONTRACTS:
         raise EventInvalid(f"unsupported contract version {contract!r}: use v1 or v2")
     if not component:
         raise EventInvalid("component cannot be empty")
-    try:
-        data = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise EventInvalid(f"body is not JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise EventInvalid("body must be a JSON object")
+    data = parse_body(body)
     if "watched" not in data:
         raise EventInvalid("watched is required")
     watched = _key(data["watched"], "watched", name_required=True)

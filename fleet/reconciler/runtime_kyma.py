@@ -16,6 +16,7 @@ from typing import Any
 from fleet.models import Kyma
 from fleet.models.kyma import MODULE_DEFAULTS
 from fleet.services import kymas as kyma_services
+from kernel.errors import ValidationFailed
 
 from .context import ReconcileContext
 
@@ -111,12 +112,16 @@ def sync(ctx: ReconcileContext) -> dict[str, Any]:
 
 
 def _adopt(ctx: ReconcileContext, channel: str, modules: list) -> None:
-    """The user changed the runtime's Kyma: the control plane's copy follows."""
+    """The user changed the runtime's Kyma: the control plane's copy follows, if it is valid.
+
+    Only a spec that breaks the rules is "rejected"; anything else (the database gone, a bug)
+    fails the reconcile, which the task retries, instead of being blamed on the user's spec.
+    """
     kyma = ctx.kyma
     kyma.channel, kyma.modules = channel, modules
     try:
         kyma_services.kyma_save(kyma, reconcile=False)  # this reconcile goes on with the new spec
-    except Exception as exc:
+    except ValidationFailed as exc:
         kyma.refresh_from_db()
         ctx.condition(
             "Modules", "False", "InvalidRuntimeSpec", f"the runtime's Kyma spec was rejected: {exc}"

@@ -1,7 +1,8 @@
 """Reading and writing YAML/JSON documents the way kubectl users expect.
 
-Loading is safe (no Python tags), bounded in size, tolerant of empty documents and ``List``
-wrappers, and reports syntax errors with the line and column so a user can find them.
+Loading is safe (no Python tags), bounded in size, depth and alias expansion (``nesting``),
+tolerant of empty documents and ``List`` wrappers, and reports syntax errors with the line and
+column so a user can find them.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from collections.abc import Iterable
 from typing import Any
 
 import yaml
+
+from .nesting import DocumentTooComplex, check_nesting, too_deep
 
 MAX_INPUT_BYTES = 4 * 1024 * 1024
 
@@ -65,6 +68,13 @@ def load_documents(text: str | bytes, *, source: str = "input") -> list[dict[str
         raise DocumentError(f"{source}: invalid YAML at {where}: {exc.problem}") from exc
     except yaml.YAMLError as exc:
         raise DocumentError(f"{source}: invalid YAML: {exc}") from exc
+    except RecursionError:
+        raise DocumentError(str(too_deep(source))) from None
+    try:
+        for doc in raw:
+            check_nesting(doc, source=source)
+    except DocumentTooComplex as exc:
+        raise DocumentError(str(exc)) from None
     documents: list[dict[str, Any]] = []
     for index, doc in enumerate(raw):
         if doc is None:

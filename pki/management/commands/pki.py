@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,14 @@ class Command(BaseCommand):
         boot.add_argument("--import-cert", type=Path, help="PEM certificate of a CA to import")
         boot.add_argument("--import-key", type=Path, help="PEM private key of that CA")
         rotate = sub.add_parser("rotate-ca", help="start a CA rotation without downtime")
-        rotate.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+        rotate.add_argument(
+            "--yes",
+            "--noinput",
+            "--no-input",
+            dest="yes",
+            action="store_true",
+            help="do not ask for confirmation (needed without a terminal)",
+        )
         export = sub.add_parser("export-bundle", help="print (or write) the trusted CA bundle")
         export.add_argument("--out", type=Path, help="file to write instead of standard output")
         issue = sub.add_parser("issue", help="write ca.crt, tls.crt, tls.key of a Kyma's watcher certificate")
@@ -67,13 +75,18 @@ class Command(BaseCommand):
 
     def do_rotate_ca(self, options: dict[str, Any]) -> None:
         if not options["yes"]:
-            answer = input("Start a CA rotation? Every runtime gets a new certificate. [y/N] ")
+            if not sys.stdin.isatty():
+                raise CommandError("no terminal to confirm the rotation on: pass --yes (or --noinput)")
+            try:
+                answer = input("Start a CA rotation? Every runtime gets a new certificate. [y/N] ")
+            except EOFError:
+                answer = ""
             if answer.strip().lower() not in ("y", "yes"):
                 raise CommandError("rotation cancelled")
         job = ca_rotation_start()
         self.stdout.write(
             f"new CA {job.result['ca']} joined the bundle; job {job.pk} re-issues the runtime "
-            f"certificates (follow it in the admin or with `manage.py pki status`)"
+            f"certificates (its progress: the Jobs page of the admin)"
         )
 
     def do_export_bundle(self, options: dict[str, Any]) -> None:
