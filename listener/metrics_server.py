@@ -1,16 +1,22 @@
 """A plain-HTTP side port of the listener role for Prometheus and probes.
 
 The WatchEvent port requires client certificates, which neither Prometheus nor the kubelet has,
-so the gunicorn master serves ``/metrics`` (all workers' values, summed) and ``/healthz`` here.
+so the gunicorn master serves ``/metrics`` (all workers' values, summed), ``/healthz`` (the master
+is up) and ``/readyz`` (database, broker and TLS material usable; 503 naming what is not) here.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
+from http import HTTPStatus
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
+
+from controlplane.readiness import readiness
+from listener.readiness import listener_checks
 
 
 class _Quiet(WSGIRequestHandler):
@@ -23,13 +29,17 @@ def app(environ: dict, start_response: Callable[..., object]) -> list[bytes]:
     if path == "/healthz":
         start_response("200 OK", [("Content-Type", "application/json")])
         return [b'{"status": "ok"}']
+    if path == "/readyz":
+        status, body = readiness(listener_checks())
+        start_response(f"{status} {HTTPStatus(status).phrase}", [("Content-Type", "application/json")])
+        return [json.dumps(body).encode()]
     if path == "/metrics":
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)
         start_response("200 OK", [("Content-Type", CONTENT_TYPE_LATEST)])
         return [generate_latest(registry)]
     start_response("404 Not Found", [("Content-Type", "text/plain")])
-    return [b"use /metrics or /healthz\n"]
+    return [b"use /metrics, /healthz or /readyz\n"]
 
 
 def start(bind: str) -> WSGIServer:
