@@ -28,5 +28,5 @@ def readyz(request: HttpRequest) -> JsonResponse:
 @never_cache
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
-    payload, content_type = prometheus.exposition()
+    payload, content_type = prometheus.exposition(accept=request.headers.get("Accept", ""))
     return HttpResponse(payload, content_type=content_type)

@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest, multiprocess
+from prometheus_client import REGISTRY, CollectorRegistry, multiprocess
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 # Extra scrape-time collectors registered by apps (pki, listener): name -> factory.
@@ -57,7 +58,9 @@ class _Forward(Collector):
         yield from REGISTRY.collect()
 
 
-def exposition(*, fleet: bool = True) -> tuple[bytes, str]:
+def scrape_registry(*, fleet: bool = True) -> CollectorRegistry:
+    """What a scrape of this process shows: every worker's values (summed) when
+    ``PROMETHEUS_MULTIPROC_DIR`` is set, else this process's; with ``fleet``, the fleet gauges."""
     registry = CollectorRegistry(auto_describe=False)
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         multiprocess.MultiProcessCollector(registry)
@@ -65,4 +68,10 @@ def exposition(*, fleet: bool = True) -> tuple[bytes, str]:
         registry.register(_Forward())
     if fleet:
         registry.register(_FleetCollector())
-    return generate_latest(registry), CONTENT_TYPE_LATEST
+    return registry
+
+
+def exposition(*, fleet: bool = True, accept: str = "") -> tuple[bytes, str]:
+    """(body, content type) in the format the scraper's ``Accept`` header asks for."""
+    encode, content_type = choose_encoder(accept)
+    return encode(scrape_registry(fleet=fleet)), content_type

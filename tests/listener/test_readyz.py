@@ -127,6 +127,19 @@ def test_healthz_metrics_and_unknown_paths_answer_as_before(tmp_path, monkeypatc
     assert call("/other")[0] == 404
 
 
+def test_given_a_scraper_asking_for_openmetrics_when_scraping_the_side_port_then_openmetrics(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    environ: dict = {}
+    setup_testing_defaults(environ)
+    environ.update(PATH_INFO="/metrics", HTTP_ACCEPT="application/openmetrics-text; version=1.0.0")
+    answer: dict = {}
+    body = b"".join(metrics_server.app(environ, lambda status, headers: answer.update(headers)))
+    assert answer["Content-Type"].startswith("application/openmetrics-text")
+    assert body.endswith(b"# EOF\n")
+
+
 def test_given_the_side_port_served_when_probing_over_http_then_readyz_and_healthz_answer(direct_mode):
     server = metrics_server.start(f"127.0.0.1:{free_port()}")
     try:
