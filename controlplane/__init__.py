@@ -1,4 +1,6 @@
-"""The control plane project: settings, Celery app and the core domain (Kymas, modules, sync)."""
+"""The control plane project: settings, URLs, the Celery app, health, and the role commands.
+
+The domain is the ``fleet`` app; shared building blocks are in ``kernel``."""
 
 from .celery import app as celery_app
 

@@ -1,16 +1,26 @@
 """A plain-HTTP side port of the listener role for Prometheus and probes.
 
 The WatchEvent port requires client certificates, which neither Prometheus nor the kubelet has,
-so the gunicorn master serves ``/metrics`` (all workers' values, summed) and ``/healthz`` here.
+so the gunicorn master serves ``/metrics`` (all workers' values, summed), ``/healthz`` (the master
+is up) and ``/readyz`` (database, broker and TLS material usable; 503 naming what is not) here.
+``/metrics`` is prometheus_client's WSGI app (format negotiation, gzip); its ``start_http_server``
+is not used because it answers every path with metrics.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
+from http import HTTPStatus
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
+from prometheus_client import make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
+
+from kernel.metrics import scrape_registry
+from kernel.readiness import readiness
+from listener.readiness import listener_checks
 
 
 class _Quiet(WSGIRequestHandler):
@@ -23,17 +33,20 @@ def app(environ: dict, start_response: Callable[..., object]) -> list[bytes]:
     if path == "/healthz":
         start_response("200 OK", [("Content-Type", "application/json")])
         return [b'{"status": "ok"}']
+    if path == "/readyz":
+        status, body = readiness(listener_checks())
+        start_response(f"{status} {HTTPStatus(status).phrase}", [("Content-Type", "application/json")])
+        return [json.dumps(body).encode()]
     if path == "/metrics":
-        registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)
-        start_response("200 OK", [("Content-Type", CONTENT_TYPE_LATEST)])
-        return [generate_latest(registry)]
+        return make_wsgi_app(scrape_registry(fleet=False))(environ, start_response)
     start_response("404 Not Found", [("Content-Type", "text/plain")])
-    return [b"use /metrics or /healthz\n"]
+    return [b"use /metrics, /healthz or /readyz\n"]
 
 
 def start(bind: str) -> WSGIServer:
     host, _, port = bind.rpartition(":")
-    server = make_server(host or "127.0.0.1", int(port), app, handler_class=_Quiet)
+    # Threaded (prometheus_client's server): a /readyz waiting on a slow database must not hold
+    # up a scrape.
+    server = make_server(host or "127.0.0.1", int(port), app, ThreadingWSGIServer, handler_class=_Quiet)
     threading.Thread(target=server.serve_forever, name="listener-metrics", daemon=True).start()
     return server

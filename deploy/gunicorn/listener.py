@@ -52,6 +52,13 @@ if os.environ.get("LISTENER_MODE", "direct") == "direct":
 
 def when_ready(server: object) -> None:
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR") and os.environ.get("LISTENER_METRICS_BIND"):
+        # The side port's /readyz reads the database and the broker: Django and the project's
+        # Celery app must be set up in the master first.
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
+        import django
+
+        django.setup()
+        import controlplane  # noqa: F401 - the project's Celery app becomes the current one
         from listener.metrics_server import start
 
         start(os.environ["LISTENER_METRICS_BIND"])

@@ -14,6 +14,7 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 
+from kernel.readiness import CHECK_TIMEOUT
 from tests.deploy.manifests import (
     BASE,
     KUBERNETES,
@@ -263,13 +264,15 @@ def test_web_probes_liveness_on_healthz_and_readiness_on_readyz(built):
 
 def test_listener_probes_use_the_listener_port_or_the_metrics_health_endpoint(built):
     listener = main_container(built, "controlplane-listener")
-    for probe in ("livenessProbe", "readinessProbe"):
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
         spec = listener[probe]
         if "tcpSocket" in spec:
             assert _port(listener, spec["tcpSocket"]["port"]) == 8443
         else:
-            assert spec["httpGet"]["path"] == "/healthz"
+            assert spec["httpGet"]["path"] == path
             assert _port(listener, spec["httpGet"]["port"]) == 9102
+    assert listener["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert listener["readinessProbe"]["timeoutSeconds"] > CHECK_TIMEOUT
 
 
 def test_prometheus_scrapes_a_port_that_serves_metrics(built):

@@ -15,11 +15,10 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from http.server import ThreadingHTTPServer
 from urllib.parse import urlsplit
 
-from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4
+from prometheus_client import MetricsHandler
 
 from watchers.runtime.config import Config, ConfigError
 from watchers.runtime.kcpclient import KcpClient
@@ -37,8 +36,12 @@ logger = logging.getLogger("watchers.runtime")
 POLL_INTERVAL = 0.05
 
 
-class _MetricsHandler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _MetricsHandler(MetricsHandler):
+    """prometheus_client's handler for ``/metrics`` (format negotiation, gzip), probes beside it.
+
+    HTTP/1.0 (one request per connection) because prometheus_client's answer has no Content-Length.
+    """
+
     server_version = "runtime-watcher"
     sys_version = ""
     server: _MetricsServer
@@ -46,7 +49,7 @@ class _MetricsHandler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         path = urlsplit(self.path).path
         if path == "/metrics":
-            self._send(200, self.server.watcher.metrics.render(), CONTENT_TYPE_PLAIN_0_0_4)
+            super().do_GET()
         elif path in ("/healthz", "/readyz"):
             healthy, reason = self.server.watcher.health()
             self._send(200 if healthy else 503, (reason + "\n").encode(), "text/plain; charset=utf-8")
@@ -60,9 +63,6 @@ class _MetricsHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, format: str, *args: Any) -> None:
-        pass  # scrapes every few seconds would drown the admission lines
-
 
 class _MetricsServer(ThreadingHTTPServer):
     daemon_threads = True
@@ -73,7 +73,7 @@ class _MetricsServer(ThreadingHTTPServer):
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         self.watcher = watcher
-        super().__init__(address, _MetricsHandler)
+        super().__init__(address, _MetricsHandler.factory(watcher.metrics.registry))
 
 
 class WatcherServer:

@@ -10,7 +10,7 @@ keeps the default process/GC collectors out of the way.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 # Upstream error_reason values (watchermetrics.KcpErrReason), reused where they fit. "request-setup"
 # (client certificate unloadable) stays at 0 here: bad files stop the start, and a broken update
@@ -134,10 +134,6 @@ class WatcherMetrics:
             self.heartbeats.labels(result=result)
         for result in ("success", "error"):
             self.tls_reloads.labels(result=result)
-
-    def render(self) -> bytes:
-        """Prometheus text exposition of this registry."""
-        return generate_latest(self.registry)
 
     def value(self, name: str, **labels: str) -> float:
         """Current value of one sample (0 when it has not been created yet), for logs and tests."""
