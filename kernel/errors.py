@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from django.core.exceptions import NON_FIELD_ERRORS
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -78,3 +79,8 @@ class QueueUnavailable(ApplicationError):
 
     status_code = 503
     code = "queue_unavailable"
+
+
+def error_body(detail: str, errors: Iterable[tuple[str, str]] = ()) -> dict[str, Any]:
+    """The JSON error shape of every API and of the listener: ``{"detail", "errors": [...]}``."""
+    return {"detail": detail, "errors": [{"field": field, "reason": reason} for field, reason in errors]}

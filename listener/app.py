@@ -26,7 +26,7 @@ from typing import Any
 
 from django.db import DatabaseError, close_old_connections
 
-from kernel.errors import ApplicationError
+from kernel.errors import ApplicationError, error_body
 
 from . import metrics, services
 from .events import MAX_BODY, EventInvalid, parse_body, parse_event
@@ -54,10 +54,6 @@ class HTTPError(Exception):
         self.status = status
         self.detail = detail
         self.headers = list(headers)
-
-
-def error_body(detail: str, errors: Iterable[tuple[str, str]] = ()) -> dict[str, Any]:
-    return {"detail": detail, "errors": [{"field": field, "reason": reason} for field, reason in errors]}
 
 
 def read_body(environ: dict[str, Any]) -> bytes:

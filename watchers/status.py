@@ -30,6 +30,7 @@ from django.utils import timezone
 
 from fleet.models import Kyma, KymaState
 from kernel.documents.schema import DNS_LABEL
+from kernel.timefmt import rfc3339
 
 from .models import MANAGED_BY_LABEL, Watcher, WatcherState
 from .rendering import document_hash, webhook
@@ -150,7 +151,7 @@ def _write(watcher: Watcher, observed: tuple[str, str, str, str], now: dt.dateti
         "status": status,
         "reason": reason,
         "message": message,
-        "lastTransitionTime": since or now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "lastTransitionTime": since or rfc3339(now),
         "observedGeneration": watcher.generation,
     }
     conditions = [*(c for c in watcher.conditions if c.get("type") != CONDITION), condition]

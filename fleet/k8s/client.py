@@ -326,6 +326,11 @@ class ClientCache:
 CLIENTS = ClientCache(size=1000)
 
 
+def client_forget(kyma_id: int) -> None:
+    """Close and forget the cached client of a Kyma that is gone (its connections with it)."""
+    CLIENTS.drop([kyma_id])
+
+
 def client_for(kyma_id: int, kubeconfig: Any) -> RuntimeClient:
     """The cached client of a Kyma (``kubeconfig`` is a Sealed value; its digest keys the cache)."""
     CLIENTS.size = settings.RUNTIME_CLIENT_CACHE

@@ -12,6 +12,7 @@ from typing import Any
 
 from fleet.k8s.client import RuntimeClient
 from fleet.models import Kyma, KymaState
+from kernel.timefmt import rfc3339
 
 TRUE, FALSE, UNKNOWN = "True", "False", "Unknown"
 CONDITION_TYPES = ("Runtime", "SKRWebhook", "ModuleCatalog", "Modules", "SyncResources", "WatcherHeartbeat")
@@ -105,7 +106,7 @@ def merged_conditions(previous: list[dict], ctx: ReconcileContext, generation: i
     """New conditions, keeping ``lastTransitionTime`` when a status did not change, and keeping
     conditions this reconcile could not evaluate (e.g. the runtime was unreachable)."""
     by_type = {c["type"]: c for c in previous if c["type"] not in ctx.dropped}
-    timestamp = ctx.now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    timestamp = rfc3339(ctx.now)
     for type_, (status, reason, message) in ctx.conditions.items():
         old = by_type.get(type_)
         since = old["lastTransitionTime"] if old and old.get("status") == status else timestamp

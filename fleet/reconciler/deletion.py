@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from fleet.k8s.client import RuntimeAPIError, client_for
+from fleet.k8s.client import RuntimeAPIError, client_for, client_forget
 from fleet.models import Kyma, KymaState
 from pki.models import Certificate
 
@@ -41,7 +41,9 @@ def run(ctx: ReconcileContext) -> Outcome:
     writes = ctx.client.counts.writes if ctx.client is not None else 0
     if not kyma.finalizers:
         log.info("Kyma %s cleaned up and deleted", kyma.key)
+        kyma_id = kyma.pk
         kyma.delete()
+        client_forget(kyma_id)
         return Outcome(KymaState.DELETING, writes, "deleted")
     ctx.messages.append("waiting for other finalizers: " + ", ".join(kyma.finalizers))
     return finish(ctx)

@@ -10,6 +10,7 @@ from django.conf import settings
 
 from fleet.k8s.client import RuntimeAPIError
 from fleet.models import Kyma, KymaState
+from kernel.timefmt import rfc3339
 
 from . import runtime_kyma
 from .context import ReconcileContext, comparable, derive_state, merged_conditions
@@ -89,7 +90,7 @@ def finish(ctx: ReconcileContext) -> Outcome:
             active_channel=kyma.channel,
             last_operation={
                 "operation": message[:500],
-                "lastUpdateTime": ctx.now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "lastUpdateTime": rfc3339(ctx.now),
             },
         )
     Kyma.objects.filter(pk=kyma.pk).update(**fields)

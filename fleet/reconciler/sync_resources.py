@@ -16,6 +16,7 @@ from typing import Any
 
 from fleet.k8s.client import RuntimeAPIError, Temporary
 from fleet.models import ApplyStrategy, DeletionPolicy, ManifestState, SyncResource
+from kernel.timefmt import rfc3339
 
 from .context import FALSE, TRUE, ModuleOutcome, ReconcileContext
 
@@ -64,7 +65,7 @@ def _sync_one(ctx: ReconcileContext, resource: SyncResource, doc: dict[str, Any]
     client, meta = ctx.client, doc["metadata"]
     wanted = meta["annotations"][HASH_ANNOTATION]
     previous_time = (old or {}).get("lastAppliedTime")
-    now = ctx.now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = rfc3339(ctx.now)
     try:
         live = client.get(doc["apiVersion"], doc["kind"], meta["name"], meta.get("namespace"))
         if resource.apply_strategy == ApplyStrategy.READ_ONLY:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 
 from fleet.selectors import watcher_silent_after
+from kernel.timefmt import parse_rfc3339, rfc3339
 
 from .context import FALSE, TRUE, ReconcileContext
 
@@ -52,13 +53,10 @@ def _true_since(ctx: ReconcileContext, type_: str) -> dt.datetime | None:
     for condition in ctx.kyma.conditions:
         if condition.get("type") == type_ and condition.get("status") == TRUE:
             try:
-                return dt.datetime.strptime(condition["lastTransitionTime"], "%Y-%m-%dT%H:%M:%SZ").replace(
-                    tzinfo=dt.UTC
-                )
+                return parse_rfc3339(condition["lastTransitionTime"])
             except (KeyError, ValueError):
                 return None
     return None
 
 
-def _stamp(moment: dt.datetime) -> str:
-    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+_stamp = rfc3339

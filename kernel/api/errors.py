@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from kernel.documents.schema import format_path
-from kernel.errors import ApplicationError, summarize
+from kernel.errors import ApplicationError, error_body, summarize
 from kernel.sealing import SealedSecretError
 
 log = logging.getLogger(__name__)
@@ -33,10 +33,6 @@ def _flatten(detail: Any, path: list[str | int]) -> list[tuple[str, str]]:
             found.extend(_flatten(item, [*path, index]))
         return found
     return [(format_path(path), str(detail))]
-
-
-def error_body(detail: str, errors: list[tuple[str, str]] = ()) -> dict[str, Any]:
-    return {"detail": detail, "errors": [{"field": field, "reason": reason} for field, reason in errors]}
 
 
 def exception_handler(exc: Exception, context: dict) -> Response | None:

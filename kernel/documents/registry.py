@@ -17,6 +17,7 @@ from django.db import models, transaction
 from django.utils import timezone
 
 from kernel.errors import ApplicationError, ValidationFailed, summarize
+from kernel.timefmt import rfc3339
 
 from . import schema
 
@@ -174,7 +175,7 @@ def _age(value: Any) -> str:
 
 
 def _timestamp(value: Any) -> str | None:
-    return value.strftime("%Y-%m-%dT%H:%M:%SZ") if value else None
+    return rfc3339(value) if value else None
 
 
 def _comparable(doc: dict[str, Any]) -> dict[str, Any]:

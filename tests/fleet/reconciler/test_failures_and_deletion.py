@@ -9,6 +9,7 @@ import threading
 import pytest
 
 from fleet import notifications
+from fleet.k8s.client import CLIENTS
 from fleet.models import Kyma, ModuleConfig
 from fleet.reconciler import next_interval
 from fleet.services import kymas as kyma_services
@@ -94,6 +95,7 @@ class TestDeletion:
         kyma = connected_kyma(runtime)
         reconcile(kyma)
         assert Certificate.objects.filter(kyma=kyma).exists()
+        assert kyma.pk in CLIENTS._clients
         assert kyma_services.kyma_delete(kyma=kyma) is False
         assert reconcile(Kyma.objects.get(pk=kyma.pk)) is None
         assert not Kyma.objects.filter(pk=kyma.pk).exists()
@@ -107,6 +109,7 @@ class TestDeletion:
         ]:
             assert runtime.get_object(resource, name, namespace) is None, resource
         assert not Certificate.objects.filter(kyma_id=kyma.pk).exists()
+        assert kyma.pk not in CLIENTS._clients  # its client (and connections) went with it
 
     def test_given_an_unreachable_runtime_when_deleting_then_the_kyma_waits_in_error(self, runtimes):
         runtime = runtimes()
