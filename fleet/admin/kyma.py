@@ -25,7 +25,6 @@ from kernel.errors import ApplicationError
 from .filters import WatcherFilter
 
 # Above this many selected Kymas, "Reconcile now" runs as a job with a progress page.
-RECONCILE_JOB_THRESHOLD = 200
 
 
 class KymaForm(forms.ModelForm):
@@ -214,17 +213,14 @@ class KymaAdmin(ResourceAdmin):
     def reconcile_now(self, request: HttpRequest, queryset: QuerySet) -> HttpResponseRedirect | None:
         """Small selections are queued at once; large ones become a job with a progress page."""
         ids = list(queryset.values_list("pk", flat=True))
-        if len(ids) > RECONCILE_JOB_THRESHOLD:
-            job = job_services.job_reconcile_kymas(kyma_ids=ids, user=request.user)
-            messages.info(request, f"Reconciling {len(ids)} Kymas in the background (job {job.pk}).")
-            return HttpResponseRedirect(reverse("admin:controlplane_job_change", args=[job.pk]))
-        kymas = list(queryset.only("id"))
         try:
-            queued = kyma_services.kyma_reconcile_now(kymas=kymas)
+            done = job_services.kymas_reconcile_now(kyma_ids=ids, user=request.user)
         except ApplicationError as exc:
             messages.error(request, exc.message)
             return None
-        covered = len(kymas) - len(queued)
-        note = f" ({covered} already had one queued)" if covered else ""
-        messages.success(request, f"Reconcile queued for {len(queued)} Kyma(s){note}.")
+        if done.job is not None:
+            messages.info(request, f"Reconciling {len(ids)} Kymas in the background (job {done.job.pk}).")
+            return HttpResponseRedirect(reverse("admin:controlplane_job_change", args=[done.job.pk]))
+        note = f" ({done.covered} already had one queued)" if done.covered else ""
+        messages.success(request, f"Reconcile queued for {len(done.queued)} Kyma(s){note}.")
         return None

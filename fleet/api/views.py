@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import status
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied
@@ -18,6 +18,7 @@ from fleet.filtersets import (
     ModuleFilterSet,
     SyncResourceFilterSet,
 )
+from fleet.jobs import services as job_services
 from fleet.models import Kyma, Module, ModuleConfig, SyncResource
 from fleet.models.moduleconfig import MODULE_CONFIG_STATUS_SCHEMA
 from fleet.resources.kinds import KymaKind, ModuleConfigKind, ModuleKind, SyncResourceKind
@@ -33,6 +34,16 @@ KUBECONFIG_STATE = {"type": "object", "properties": {"set": {"type": "boolean"}}
 RECONCILE_ANSWER = {
     "type": "object",
     "properties": {"queued": {"type": "boolean"}, "detail": {"type": "string"}},
+}
+RECONCILE_SELECTION_ANSWER = {
+    "type": "object",
+    "properties": {
+        "selected": {"type": "integer"},
+        "queued": {"type": "integer"},
+        "covered": {"type": "integer", "description": "already had a reconcile queued"},
+        "job": {"type": "integer", "description": "the job that queues a large selection"},
+        "detail": {"type": "string"},
+    },
 }
 
 
@@ -53,12 +64,42 @@ class KymaViewSet(ResourceViewSet):
     @action(detail=True, methods=["post"])
     def reconcile(self, request: Request, id: str) -> Response:
         """Queue a reconcile now (coalesced with one already queued)."""
+        self._may_reconcile(request)
+        kyma = self.get_object()
+        done = job_services.kymas_reconcile_now(kyma_ids=[kyma.pk], user=request.user)
+        detail = "reconcile queued" if done.queued else "a reconcile is already queued"
+        return Response({"queued": bool(done.queued), "detail": detail}, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(
+        tags=["kymas"],
+        request=None,
+        parameters=[OpenApiParameter("all", bool, description="select every Kyma (no filter needed)")],
+        responses={202: RECONCILE_SELECTION_ANSWER, 400: ERROR_SCHEMA, 503: ERROR_SCHEMA},
+        description="Reconcile now every Kyma the list filters select (the admin's action): up to "
+        f"{job_services.RECONCILE_JOB_THRESHOLD} are queued at once, more become a job. Without a "
+        "filter, ?all=true is required.",
+    )
+    @action(detail=False, methods=["post"], url_path="reconcile")
+    def reconcile_selection(self, request: Request) -> Response:
+        self._may_reconcile(request)
+        filters = set(request.query_params) & set(self.filterset_class.base_filters)
+        if not filters and request.query_params.get("all") != "true":
+            raise ValidationFailed(
+                "name the Kymas to reconcile with the list's filters, or pass ?all=true for every Kyma",
+                errors=[("all", "required without a filter")],
+            )
+        ids = list(self.filter_queryset(self.get_queryset()).values_list("pk", flat=True))
+        done = job_services.kymas_reconcile_now(kyma_ids=ids, user=request.user)
+        if done.job is not None:
+            answer = {"selected": len(ids), "job": done.job.pk, "detail": f"job {done.job.pk} queues them"}
+        else:
+            answer = {"selected": len(ids), "queued": len(done.queued), "covered": done.covered}
+        return Response(answer, status=status.HTTP_202_ACCEPTED)
+
+    @staticmethod
+    def _may_reconcile(request: Request) -> None:
         if not request.user.has_perm("controlplane.change_kyma"):
             raise PermissionDenied("you may not reconcile Kymas")
-        kyma = self.get_object()
-        queued = bool(kyma_services.kyma_reconcile_now(kymas=[kyma]))
-        detail = "reconcile queued" if queued else "a reconcile is already queued"
-        return Response({"queued": queued, "detail": detail}, status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(
         tags=["kymas"],

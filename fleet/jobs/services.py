@@ -13,6 +13,7 @@ import datetime as dt
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from celery import current_app
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -30,6 +31,8 @@ from kernel.errors import ApplicationError, ValidationFailed
 log = logging.getLogger(__name__)
 
 RECONCILE_BATCH = 500
+# A reconcile-now of more Kymas than this becomes a job (admin and API alike).
+RECONCILE_JOB_THRESHOLD = 200
 SLICE_SECONDS = 20.0
 LEASE = dt.timedelta(seconds=120)
 # Published by its stable name (the task module imports this one).
@@ -47,6 +50,26 @@ def job_reconcile_kymas(*, kyma_ids: Sequence[int], user: User) -> Job:
     if not ids:
         raise ValidationFailed("no Kymas to reconcile")
     return job_create(kind=JobKind.RECONCILE, targets={"kyma_ids": ids}, total=len(ids), user=user)
+
+
+@dataclass(frozen=True)
+class ReconcileNow:
+    """What "reconcile now" did: Kymas queued at once (``covered``: already had one queued), or
+    the job that queues a large selection in batches with a progress page."""
+
+    queued: list[int]
+    covered: int
+    job: Job | None = None
+
+
+def kymas_reconcile_now(*, kyma_ids: Sequence[int], user: User) -> ReconcileNow:
+    """Reconcile now, for a selection, from the admin and the API alike: up to
+    ``RECONCILE_JOB_THRESHOLD`` Kymas are queued at once, a larger selection becomes a job."""
+    ids = list(dict.fromkeys(int(kyma_id) for kyma_id in kyma_ids))
+    if len(ids) > RECONCILE_JOB_THRESHOLD:
+        return ReconcileNow(queued=[], covered=0, job=job_reconcile_kymas(kyma_ids=ids, user=user))
+    queued = queue.request(ids, reason="requested by a user")
+    return ReconcileNow(queued=queued, covered=len(ids) - len(queued))
 
 
 def job_create(*, kind: str, targets: dict, total: int, user: User) -> Job:

@@ -88,8 +88,3 @@ def kyma_delete(*, kyma: Kyma) -> bool:
         kyma.state = "Deleting"
         queue.request([kyma.pk], reason="deletion")
     return False
-
-
-def kyma_reconcile_now(*, kymas: list[Kyma]) -> list[int]:
-    """ "Reconcile now" from the admin or the API: the same coalesced request as any other."""
-    return queue.request([kyma.pk for kyma in kymas], reason="requested by a user")
