@@ -72,6 +72,7 @@ class KymaViewSet(ResourceViewSet):
 
     @extend_schema(
         tags=["kymas"],
+        operation_id="v1_kymas_reconcile_selection",
         request=None,
         parameters=[OpenApiParameter("all", bool, description="select every Kyma (no filter needed)")],
         responses={202: RECONCILE_SELECTION_ANSWER, 400: ERROR_SCHEMA, 503: ERROR_SCHEMA},
