@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import base64
 import copy
-import hashlib
-import json
 from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
 
+from kernel.documents.hashing import stamped
 from pki.crypto import content_hash
 
 from .models import Watcher, WatcherField
@@ -28,7 +27,6 @@ NAME = "skr-webhook"
 SECRET_NAME = "skr-webhook-tls"
 MANAGED_BY = {"operator.kyma-project.io/managed-by": "kyma"}
 RESTART_LABEL = "operator.kyma-project.io/pod-restart-trigger"
-HASH_ANNOTATION = "controlplane.kyma-project.io/content-hash"
 CERT_DIR = "/etc/skr-webhook/tls"
 WEBHOOK_PORT = 8443
 METRICS_PORT = 2112
@@ -165,16 +163,7 @@ def runtime_watcher_resources(*, watchers: Iterable[Watcher], tls: dict[str, byt
     """What one runtime needs, in apply order; each object carries its content hash."""
     restart = content_hash(tls["ca.crt"], tls["tls.crt"], tls["tls.key"])
     docs = [secret(tls), service(), deployment(restart), webhook_configuration(watchers, tls["ca.crt"])]
-    for doc in docs:
-        doc["metadata"].setdefault("annotations", {})[HASH_ANNOTATION] = document_hash(doc)
-    return docs
-
-
-def document_hash(doc: dict[str, Any]) -> str:
-    """A stable digest of an object as we would send it (our own hash annotation excluded)."""
-    body = copy.deepcopy(doc)
-    body.get("metadata", {}).get("annotations", {}).pop(HASH_ANNOTATION, None)
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:20]
+    return [stamped(doc) for doc in docs]
 
 
 def redacted(docs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

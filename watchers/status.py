@@ -29,11 +29,12 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from fleet.models import Kyma, KymaState
+from kernel.documents.hashing import document_hash
 from kernel.documents.schema import DNS_LABEL
 from kernel.timefmt import rfc3339
 
 from .models import MANAGED_BY_LABEL, Watcher, WatcherState
-from .rendering import document_hash, webhook
+from .rendering import webhook
 
 CONDITION = "WebhookRollout"
 MARK_SEPARATOR = "/"

@@ -9,22 +9,21 @@ wins: that is where the user edited. Its status mirrors the control plane's view
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Any
 
 from fleet.models import Kyma
 from fleet.models.kyma import MODULE_DEFAULTS
 from fleet.services import kymas as kyma_services
+from kernel.documents.hashing import stamped
 from kernel.errors import ValidationFailed
 
+from .apply import apply_if_changed
 from .context import ReconcileContext
 
 NAMESPACE = "kyma-system"
 NAME = "default"
 API_VERSION = "operator.kyma-project.io/v1beta2"
 CRD_NAME = "kymas.operator.kyma-project.io"
-HASH_ANNOTATION = "controlplane.kyma-project.io/content-hash"
 LABELS = {"operator.kyma-project.io/watched-by": "kyma", "operator.kyma-project.io/managed-by": "kyma"}
 
 
@@ -54,17 +53,11 @@ def kyma_crd() -> dict[str, Any]:
             ],
         },
     }
-    digest = hashlib.sha256(json.dumps(crd, sort_keys=True).encode()).hexdigest()[:20]
-    crd["metadata"]["annotations"] = {HASH_ANNOTATION: digest}
-    return crd
+    return stamped(crd)
 
 
 def ensure_crd(ctx: ReconcileContext) -> None:
-    crd = kyma_crd()
-    live = ctx.client.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", CRD_NAME)
-    wanted = crd["metadata"]["annotations"][HASH_ANNOTATION]
-    if live is None or live.get("metadata", {}).get("annotations", {}).get(HASH_ANNOTATION) != wanted:
-        ctx.client.apply(crd)
+    apply_if_changed(ctx, kyma_crd())
 
 
 def desired(kyma: Kyma) -> dict[str, Any]:

@@ -10,17 +10,16 @@ SyncResource row is written only when that record changed.
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 from typing import Any
 
 from fleet.k8s.client import RuntimeAPIError, Temporary
 from fleet.models import ApplyStrategy, DeletionPolicy, ManifestState, SyncResource
+from kernel.documents.hashing import HASH_ANNOTATION, carries_hash, stamped
 from kernel.timefmt import rfc3339
 
+from .apply import live_object
 from .context import FALSE, TRUE, ModuleOutcome, ReconcileContext
 
-HASH_ANNOTATION = "controlplane.kyma-project.io/content-hash"
 OWNER_ANNOTATION = "controlplane.kyma-project.io/sync-resource"
 FINALIZER = "controlplane.kyma-project.io/sync-resource"
 # Cluster-wide and namespace objects first, so what lives in them can be created.
@@ -37,11 +36,7 @@ def prepared(doc: dict[str, Any], resource: SyncResource) -> dict[str, Any]:
     meta.setdefault("labels", {})["operator.kyma-project.io/managed-by"] = "kyma"
     annotations = meta.setdefault("annotations", {})
     annotations[OWNER_ANNOTATION] = f"{resource.namespace}/{resource.name}"
-    annotations.pop(HASH_ANNOTATION, None)
-    annotations[HASH_ANNOTATION] = hashlib.sha256(
-        json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
-    ).hexdigest()[:20]
-    return doc
+    return stamped(doc)
 
 
 def _entry(doc: dict[str, Any], state: str, message: str, applied_at: str | None) -> dict[str, Any]:
@@ -62,22 +57,21 @@ def _entry(doc: dict[str, Any], state: str, message: str, applied_at: str | None
 
 
 def _sync_one(ctx: ReconcileContext, resource: SyncResource, doc: dict[str, Any], old: dict | None) -> dict:
-    client, meta = ctx.client, doc["metadata"]
-    wanted = meta["annotations"][HASH_ANNOTATION]
+    client = ctx.client
     previous_time = (old or {}).get("lastAppliedTime")
     now = rfc3339(ctx.now)
     try:
-        live = client.get(doc["apiVersion"], doc["kind"], meta["name"], meta.get("namespace"))
+        live = live_object(ctx, doc)
         if resource.apply_strategy == ApplyStrategy.READ_ONLY:
             if live is None:
                 return _entry(
                     doc, ManifestState.FAILED, "not found in the runtime (read only)", previous_time
                 )
             return _entry(doc, ManifestState.APPLIED, "observed", previous_time)
-        if live is not None:
-            live_hash = (live.get("metadata", {}).get("annotations") or {}).get(HASH_ANNOTATION)
-            if resource.apply_strategy == ApplyStrategy.CREATE_ONLY or live_hash == wanted:
-                return _entry(doc, ManifestState.APPLIED, "", previous_time or now)
+        if live is not None and (
+            resource.apply_strategy == ApplyStrategy.CREATE_ONLY or carries_hash(live, doc)
+        ):
+            return _entry(doc, ManifestState.APPLIED, "", previous_time or now)
         if resource.apply_strategy == ApplyStrategy.CREATE_ONLY:
             client.create(doc)
         else:

@@ -12,9 +12,10 @@ from typing import Any
 
 from pki import services as pki
 from watchers.models import Watcher
-from watchers.rendering import HASH_ANNOTATION, NAME, NAMESPACE, runtime_watcher_resources
+from watchers.rendering import NAME, NAMESPACE, runtime_watcher_resources
 from watchers.status import rollout_mark, webhook_problem
 
+from .apply import apply_if_changed
 from .context import FALSE, TRUE, ReconcileContext
 
 FAILING_REASONS = ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError")
@@ -25,17 +26,6 @@ def active_watchers() -> list[Watcher]:
     (its status says why) rather than make every runtime refuse the whole configuration."""
     watchers = Watcher.objects.filter(deletion_timestamp__isnull=True).order_by("namespace", "name")
     return [w for w in watchers if not webhook_problem(w)]
-
-
-def _apply_if_changed(ctx: ReconcileContext, doc: dict[str, Any]) -> dict[str, Any] | None:
-    """The runtime's object when it was already as wanted; ``None`` when it was (re)applied."""
-    meta = doc["metadata"]
-    live = ctx.client.get(doc["apiVersion"], doc["kind"], meta["name"], meta.get("namespace"))
-    wanted = meta["annotations"][HASH_ANNOTATION]
-    if live is None or (live.get("metadata", {}).get("annotations") or {}).get(HASH_ANNOTATION) != wanted:
-        ctx.client.apply(doc)
-        return None
-    return live
 
 
 def sync(ctx: ReconcileContext, watchers: list[Watcher]) -> None:
@@ -49,7 +39,7 @@ def sync(ctx: ReconcileContext, watchers: list[Watcher]) -> None:
     tls = pki.runtime_secret_data(certificate, now=ctx.now)
     deployment = None
     for doc in runtime_watcher_resources(watchers=watchers, tls=tls):
-        live = _apply_if_changed(ctx, doc)
+        live = apply_if_changed(ctx, doc)
         if doc["kind"] == "Deployment":
             deployment = live
     ctx.kyma.applied_watchers = sorted(rollout_mark(w) for w in watchers)
