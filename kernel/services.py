@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils import timezone
@@ -11,6 +12,21 @@ from kernel.errors import ValidationFailed
 from kernel.models import ResourceModel
 
 M = TypeVar("M", bound=ResourceModel)
+
+
+def upsert(
+    model: type[M], key: dict[str, Any], fields: dict[str, Any], save: Callable[[M], object]
+) -> tuple[M, bool]:
+    """Create the object named by its natural ``key``, or make the stored one (locked until the
+    caller's transaction ends) match ``fields``; then store it through the app's ``save`` service
+    (validation, generation, reconciles). Returns (object, created)."""
+    obj = model.objects.select_for_update().filter(**key).first()
+    created = obj is None
+    obj = obj or model(**key)
+    for field, value in fields.items():
+        setattr(obj, field, value)
+    save(obj)
+    return obj, created
 
 
 def stored_spec(obj: ResourceModel) -> dict | None:

@@ -7,7 +7,7 @@ from django.db import transaction
 
 from fleet.models import Kyma
 from kernel.errors import Conflict
-from kernel.services import deletion_begin, resource_save, stored_spec
+from kernel.services import deletion_begin, resource_save, stored_spec, upsert
 
 from .models import DEFAULT_GATEWAY, Watcher
 from .status import marked_uid, watchers_status_refresh
@@ -53,19 +53,17 @@ def watcher_apply(
     annotations: dict | None = None,
 ) -> tuple[Watcher, bool]:
     """Create the Watcher ``namespace/name`` or make the stored one match."""
-    watcher = Watcher.objects.select_for_update().filter(namespace=namespace, name=name).first()
-    created = watcher is None
-    watcher = watcher or Watcher(namespace=namespace, name=name)
-    watcher.manager = manager
-    watcher.labels_to_watch = labels_to_watch or {}
-    watcher.resource_to_watch = resource_to_watch
-    watcher.field = field
-    watcher.service_info = service_info
-    watcher.gateway = gateway or {}
-    watcher.labels = labels or {}
-    watcher.annotations = annotations or {}
-    watcher_save(watcher)
-    return watcher, created
+    fields = {
+        "manager": manager,
+        "labels_to_watch": labels_to_watch or {},
+        "resource_to_watch": resource_to_watch,
+        "field": field,
+        "service_info": service_info,
+        "gateway": gateway or {},
+        "labels": labels or {},
+        "annotations": annotations or {},
+    }
+    return upsert(Watcher, {"namespace": namespace, "name": name}, fields, watcher_save)
 
 
 def watcher_delete(*, watcher: Watcher) -> bool:

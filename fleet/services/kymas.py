@@ -9,7 +9,7 @@ from fleet.k8s.kubeconfig import validate_kubeconfig
 from fleet.models import Kyma
 from fleet.models.kyma import MODULE_DEFAULTS
 from kernel.errors import Conflict
-from kernel.services import deletion_begin, resource_save, stored_spec
+from kernel.services import deletion_begin, resource_save, stored_spec, upsert
 
 
 def _normalized_modules(modules: list) -> list:
@@ -49,19 +49,16 @@ def kyma_apply(
     annotations: dict | None = None,
 ) -> tuple[Kyma, bool]:
     """Create the Kyma ``namespace/name`` or make the stored one match. Returns (kyma, created)."""
-    kyma = Kyma.objects.select_for_update().filter(namespace=namespace, name=name).first()
-    created = kyma is None
-    if kyma is None:
-        kyma = Kyma(namespace=namespace, name=name)
-    kyma.runtime_id = runtime_id
-    kyma.skr_domain = skr_domain
-    kyma.channel = channel
-    kyma.modules = modules if modules is not None else []
-    kyma.skip_maintenance_windows = skip_maintenance_windows
-    kyma.labels = labels or {}
-    kyma.annotations = annotations or {}
-    kyma_save(kyma)
-    return kyma, created
+    fields = {
+        "runtime_id": runtime_id,
+        "skr_domain": skr_domain,
+        "channel": channel,
+        "modules": modules if modules is not None else [],
+        "skip_maintenance_windows": skip_maintenance_windows,
+        "labels": labels or {},
+        "annotations": annotations or {},
+    }
+    return upsert(Kyma, {"namespace": namespace, "name": name}, fields, kyma_save)
 
 
 def kyma_set_kubeconfig(*, kyma: Kyma, kubeconfig: str) -> None:

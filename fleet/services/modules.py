@@ -10,7 +10,7 @@ from fleet import queue
 from fleet.models import Kyma, Module, ModuleConfig, RevisionCounter, SyncResource
 from fleet.selectors import kyma_ids_using_module
 from kernel.errors import Conflict
-from kernel.services import deletion_begin, resource_save, stored_spec
+from kernel.services import deletion_begin, resource_save, stored_spec, upsert
 
 
 def module_save(module: Module) -> bool:
@@ -27,15 +27,8 @@ def module_apply(
     *, name: str, labels: dict | None = None, annotations: dict | None = None, **spec: Any
 ) -> tuple[Module, bool]:
     """Create or update the catalog entry ``name``; ``spec`` holds the model's spec fields."""
-    module = Module.objects.select_for_update().filter(name=name).first()
-    created = module is None
-    module = module or Module(name=name)
-    for field, value in spec.items():
-        setattr(module, field, value)
-    module.labels = labels or {}
-    module.annotations = annotations or {}
-    module_save(module)
-    return module, created
+    fields = {**spec, "labels": labels or {}, "annotations": annotations or {}}
+    return upsert(Module, {"name": name}, fields, module_save)
 
 
 def module_delete(*, module: Module) -> None:
@@ -113,15 +106,15 @@ def syncresource_apply(
     labels: dict | None = None,
     annotations: dict | None = None,
 ) -> tuple[SyncResource, bool]:
-    resource = SyncResource.objects.select_for_update().filter(kyma=kyma, module=module, name=name).first()
-    created = resource is None
-    resource = resource or SyncResource(kyma=kyma, module=module, name=name, namespace=kyma.namespace)
-    resource.manifests = manifests
-    resource.apply_strategy = apply_strategy
-    resource.deletion_policy = deletion_policy
-    resource.labels = labels or {}
-    resource.annotations = annotations or {}
-    syncresource_save(resource)
+    fields = {
+        "manifests": manifests,
+        "apply_strategy": apply_strategy,
+        "deletion_policy": deletion_policy,
+        "labels": labels or {},
+        "annotations": annotations or {},
+    }
+    key = {"kyma": kyma, "module": module, "name": name}
+    resource, created = upsert(SyncResource, key, {"namespace": kyma.namespace, **fields}, syncresource_save)
     return resource, created
 
 
