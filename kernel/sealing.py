@@ -14,9 +14,10 @@ import hashlib
 from typing import Any
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
+from django.apps import apps
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.db import models
+from django.db import models, transaction
 
 
 class SealedSecretError(Exception):
@@ -154,3 +155,27 @@ class SealedField(models.TextField):
     def value_to_string(self, obj: models.Model) -> str:
         # Dumps (dumpdata, fixtures) carry the ciphertext, never the plaintext.
         return self.value_from_object(obj).token
+
+
+def secrets_reencrypt() -> dict[str, int]:
+    """Re-encrypt every sealed field of every model under the current primary key (after a new key
+    was put first in ``CONTROLPLANE_ENCRYPTION_KEYS``); returns rows per model label. One model's
+    rows change in one transaction; a value no key opens raises :class:`SealedSecretError`
+    naming the row, and that model's rows stay as they were."""
+    done: dict[str, int] = {}
+    for model in apps.get_models():
+        fields = [f.name for f in model._meta.fields if isinstance(f, SealedField)]
+        if not fields:
+            continue
+        count = 0
+        with transaction.atomic():
+            for obj in model.objects.only("pk", *fields).iterator(chunk_size=500):
+                try:
+                    for name in fields:
+                        setattr(obj, name, getattr(obj, name).rotated())
+                except SealedSecretError as exc:
+                    raise SealedSecretError(f"{model._meta.label} {obj.pk}: {exc}") from exc
+                obj.save(update_fields=fields)
+                count += 1
+        done[model._meta.label] = count
+    return done

@@ -103,3 +103,19 @@ def test_given_new_primary_key_when_reencrypting_then_old_key_can_be_dropped(set
     with override_settings(ENCRYPTION_KEYS=[new_key]):
         assert Kyma.objects.get(pk=kyma.pk).kubeconfig.reveal() == KUBECONFIG
     assert cipher()  # the cache follows the settings back
+
+
+def test_given_a_secret_no_key_opens_when_reencrypting_then_one_line_names_the_row_and_nothing_changes(
+    settings,
+):
+    kyma = KymaFactory()
+    kyma.kubeconfig = KUBECONFIG
+    kyma.save()
+    before = Kyma.objects.filter(pk=kyma.pk).values_list("kubeconfig", flat=True).get()
+    stranger = Fernet.generate_key().decode()
+
+    with override_settings(ENCRYPTION_KEYS=[stranger]), pytest.raises(CommandError) as refused:
+        run("reencrypt")
+
+    assert str(refused.value).startswith(f"controlplane.Kyma {kyma.pk}: ")
+    assert Kyma.objects.filter(pk=kyma.pk).values_list("kubeconfig", flat=True).get() == before
