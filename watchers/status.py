@@ -21,9 +21,11 @@ whose status changed are written.
 from __future__ import annotations
 
 import datetime as dt
+import functools
+import json
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from django.core.exceptions import ValidationError
 from django.utils import timezone
@@ -44,6 +46,30 @@ MAX_MESSAGE = 2000
 RENDERED_FIELDS = frozenset({"namespace", "name", "component", *Watcher.SPEC_FIELDS})
 
 
+def _version(watcher: Watcher) -> tuple:
+    """What the checks below depend on: the rendered fields as stored (a row written around the
+    services keeps its generation, so the values themselves are the key). Every reconcile asks,
+    so each worker checks a version once instead of validating every Watcher every time."""
+    rendered = {field: getattr(watcher, field) for field in sorted(RENDERED_FIELDS)}
+    return (watcher.uid, json.dumps(rendered, sort_keys=True, default=str))
+
+
+def _once_per_version(check: Callable[[Watcher], str]) -> Callable[[Watcher], str]:
+    seen: dict[tuple, str] = {}
+
+    @functools.wraps(check)
+    def cached(watcher: Watcher) -> str:
+        key = _version(watcher)
+        if key not in seen:
+            if len(seen) > 1000:
+                seen.clear()
+            seen[key] = check(watcher)
+        return seen[key]
+
+    return cached
+
+
+@_once_per_version
 def webhook_problem(watcher: Watcher) -> str:
     """Why the Watcher's webhook entry cannot be rendered, or ``""`` when it can.
 
@@ -76,6 +102,7 @@ def _located(field: str, error: str) -> str:
     return error if error.startswith(name) else f"{name}: {error}"
 
 
+@_once_per_version
 def rollout_mark(watcher: Watcher) -> str:
     """What a runtime records for a Watcher whose current webhook entry it carries."""
     entry = webhook(watcher, b"")  # the CA bundle belongs to the runtime, not to the Watcher
