@@ -13,7 +13,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
-from fleet.k8s.client import RuntimeAPIError, RuntimeClient
+from fleet.k8s.client import RuntimeAPIError, client_for
 from fleet.models import Kyma
 from fleet.reconciler.runtime_kyma import API_VERSION, NAME, NAMESPACE
 from kernel.errors import ApplicationError, NotFound, ValidationFailed
@@ -45,7 +45,7 @@ def runtime_kyma_edit(
         raise ValidationFailed(f"modules both enabled and disabled: {', '.join(both)}")
     if not kyma.kubeconfig:
         raise ValidationFailed(f"Kyma {kyma.key} has no kubeconfig: its runtime cannot be reached")
-    client = RuntimeClient.from_kubeconfig(kyma.kubeconfig.reveal())
+    client = client_for(kyma.pk, kyma.kubeconfig)  # the worker's cached client, kept open
     try:
         live = client.get(API_VERSION, "Kyma", NAME, NAMESPACE)
         if live is None:
@@ -68,5 +68,3 @@ def runtime_kyma_edit(
         return changes
     except RuntimeAPIError as exc:
         raise RuntimeUnavailable(f"runtime of {kyma.key}: {exc.message}") from exc
-    finally:
-        client.close()
