@@ -3,17 +3,28 @@
 from __future__ import annotations
 
 import django_filters
+from django.db.models import QuerySet
+from django.utils import timezone
 
 from fleet.models import Kyma, KymaState, Module, ModuleConfig, SyncResource
-from kernel.filtersets import SearchFilterSet
+from fleet.selectors import watcher_q
+from kernel.filtersets import SearchFilterSet, StateFilter
 
 
 class KymaFilterSet(SearchFilterSet):
     search_fields = ("name", "runtime_id", "skr_domain")
-    state = django_filters.MultipleChoiceFilter(choices=KymaState.choices)
+    state = StateFilter(choices=KymaState.choices)
+    watcher = django_filters.ChoiceFilter(
+        choices=[("seen", "heard lately"), ("silent", "fell silent"), ("never", "never heard")],
+        method="watcher_liveness",
+        label="runtime watcher",
+    )
     ordering = django_filters.OrderingFilter(
         fields=("name", "namespace", "state", "created_at", "last_reconcile_at")
     )
+
+    def watcher_liveness(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
+        return queryset.filter(watcher_q(value, timezone.now()))
 
     class Meta:
         model = Kyma
@@ -21,12 +32,15 @@ class KymaFilterSet(SearchFilterSet):
 
 
 class ModuleFilterSet(SearchFilterSet):
+    search_fields = ("name", "manager", "cr_kind")
+
     class Meta:
         model = Module
         fields = ("name", "manager")
 
 
 class ModuleConfigFilterSet(SearchFilterSet):
+    search_fields = ("name", "kyma__name", "kyma__runtime_id")
     since_revision = django_filters.NumberFilter(
         field_name="revision", lookup_expr="gt", label="Revision greater than"
     )
@@ -40,6 +54,7 @@ class ModuleConfigFilterSet(SearchFilterSet):
 
 
 class SyncResourceFilterSet(SearchFilterSet):
+    search_fields = ("name", "kyma__name", "kyma__runtime_id")
     kyma = django_filters.CharFilter(field_name="kyma__name")
     module = django_filters.CharFilter(field_name="module__name")
 

@@ -14,8 +14,8 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.timesince import timesince
 
-from kernel.errors import ApplicationError
 from kernel.fields import BoundedJSONField
+from kernel.filtersets import FilterSetAdmin
 
 STATE_COLOURS = {
     "Ready": "#1a7f37",
@@ -59,7 +59,7 @@ class WriteOnlySecretField(forms.CharField):
         super().__init__(required=False, strip=False, widget=widget, **kwargs)
 
 
-class ResourceAdmin(admin.ModelAdmin):
+class ResourceAdmin(FilterSetAdmin):
     """Base admin: system fields read-only, application errors shown as messages, and deletes
     that go through the two-step service instead of removing rows under a running cleanup."""
 
@@ -91,15 +91,6 @@ class ResourceAdmin(admin.ModelAdmin):
             messages.info(
                 request, f"{pending} object(s) are being deleted and stay until their cleanup is done."
             )
-
-    def save_with_service(self, request: HttpRequest, save: Any) -> bool:
-        """Run a service call, turning application errors into an admin message."""
-        try:
-            save()
-        except ApplicationError as exc:
-            messages.error(request, exc.message)
-            return False
-        return True
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):

@@ -10,7 +10,9 @@ from django.core.exceptions import ValidationError
 from django.http import HttpRequest
 
 from kernel.admin import ResourceAdmin, age, state_badge
+from kernel.filtersets import admin_filter
 
+from .filtersets import WatcherFilterSet
 from .models import Watcher
 from .services import watcher_delete, watcher_save
 
@@ -42,8 +44,9 @@ class WatcherForm(forms.ModelForm):
 class WatcherAdmin(ResourceAdmin):
     form = WatcherForm
     list_display = ("name", "namespace", "component", "watched", "field", "state_column", "age_column")
-    list_filter = ("state", "field")
-    search_fields = ("name", "component")
+    filterset_class = WatcherFilterSet
+    list_filter = (admin_filter(WatcherFilterSet, "state"), "field")
+    search_fields = WatcherFilterSet.search_fields
     readonly_fields = (
         "component",
         "uid",

@@ -1,13 +1,11 @@
-import django_filters
-
-from kernel.filtersets import SearchFilterSet
+from kernel.filtersets import SearchFilterSet, StateFilter
 
 from .models import Watcher, WatcherState
 
 
 class WatcherFilterSet(SearchFilterSet):
     search_fields = ("name", "component")
-    state = django_filters.MultipleChoiceFilter(choices=WatcherState.choices)
+    state = StateFilter(choices=WatcherState.choices)
 
     class Meta:
         model = Watcher

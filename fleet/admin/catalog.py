@@ -10,9 +10,11 @@ from django.core.exceptions import ValidationError
 from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 
+from fleet.filtersets import ModuleConfigFilterSet, ModuleFilterSet, SyncResourceFilterSet
 from fleet.models import Module, ModuleConfig, SyncResource
 from fleet.services import modules as module_services
 from kernel.admin import ResourceAdmin, WriteOnlySecretField, age, secret_state, state_badge
+from kernel.filtersets import admin_filter
 
 
 class ModuleForm(forms.ModelForm):
@@ -46,7 +48,8 @@ class ModuleForm(forms.ModelForm):
 class ModuleAdmin(ResourceAdmin):
     form = ModuleForm
     list_display = ("name", "channels_column", "cr_column", "manager", "age_column")
-    search_fields = ("name", "manager", "cr_kind")
+    filterset_class = ModuleFilterSet
+    search_fields = ModuleFilterSet.search_fields
     readonly_fields = ("uid", "generation", "notify_secret_state", "created_at")
 
     @admin.display(description="Channels")
@@ -79,8 +82,9 @@ class ModuleAdmin(ResourceAdmin):
 class ModuleConfigAdmin(ResourceAdmin):
     list_display = ("name", "kyma", "module", "revision", "state_column", "updated_at")
     list_select_related = ("kyma", "module")
-    list_filter = ("module",)
-    search_fields = ("name", "kyma__name", "kyma__runtime_id")
+    filterset_class = ModuleConfigFilterSet
+    list_filter = (admin_filter(ModuleConfigFilterSet, "module"),)
+    search_fields = ModuleConfigFilterSet.search_fields
     readonly_fields = (
         "kyma",
         "module",
@@ -149,8 +153,9 @@ class SyncResourceAdmin(ResourceAdmin):
         "updated_at",
     )
     list_select_related = ("kyma", "module")
-    list_filter = ("apply_strategy", "deletion_policy", "module")
-    search_fields = ("name", "kyma__name", "kyma__runtime_id")
+    filterset_class = SyncResourceFilterSet
+    list_filter = ("apply_strategy", "deletion_policy", admin_filter(SyncResourceFilterSet, "module"))
+    search_fields = SyncResourceFilterSet.search_fields
     raw_id_fields = ("kyma",)
     readonly_fields = (
         "namespace",

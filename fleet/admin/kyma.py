@@ -14,6 +14,7 @@ from django.urls import path, reverse
 from django.utils import timezone
 
 from fleet.dashboard.kyma import kyma_page
+from fleet.filtersets import KymaFilterSet
 from fleet.jobs import services as job_services
 from fleet.k8s.kubeconfig import parse_kubeconfig
 from fleet.models import Kyma
@@ -21,6 +22,7 @@ from fleet.selectors import watcher_silent_after
 from fleet.services import kymas as kyma_services
 from kernel.admin import ResourceAdmin, WriteOnlySecretField, age, secret_state, state_badge
 from kernel.errors import ApplicationError
+from kernel.filtersets import admin_filter
 
 from .filters import WatcherFilter
 
@@ -76,7 +78,13 @@ class KymaAdmin(ResourceAdmin):
         "watcher_column",
         "age_column",
     )
-    list_filter = ("state", WatcherFilter, "channel", "namespace")
+    filterset_class = KymaFilterSet
+    list_filter = (
+        admin_filter(KymaFilterSet, "state"),
+        WatcherFilter,
+        admin_filter(KymaFilterSet, "channel"),
+        admin_filter(KymaFilterSet, "namespace"),
+    )
     search_fields = ("name", "runtime_id", "skr_domain")
     ordering = ("namespace", "name")
     actions = ("reconcile_now",)
