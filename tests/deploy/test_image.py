@@ -198,6 +198,16 @@ def test_production_web_serves_admin_and_static_files_through_the_linked_state_d
     assert css != "/static/admin/css/base.css", "the hashed name comes from the manifest"
 
 
+def test_every_installed_app_of_the_project_is_in_the_production_image():
+    from django.conf import settings
+
+    ours = {app.split(".")[0] for app in settings.INSTALLED_APPS if (ROOT / app.split(".")[0]).is_dir()}
+    copied = {rest.split()[0].rstrip("/") for stage in STAGES for keyword, rest in stage if keyword == "COPY"}
+
+    assert ours - {"demo"} <= copied, sorted(ours - {"demo"} - copied)
+    assert {"kernel", "fleet", "controlplane"} <= ours
+
+
 def test_test_and_demo_code_stays_out_of_the_production_image():
     copied = [rest.split()[0] for stage in STAGES for keyword, rest in stage if keyword == "COPY"]
 
