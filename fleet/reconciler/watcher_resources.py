@@ -62,6 +62,14 @@ def readiness(ctx: ReconcileContext, deployment: dict[str, Any] | None) -> None:
     if status.get("readyReplicas", 0) >= 1 and status.get("observedGeneration", generation) >= generation:
         ctx.condition("SKRWebhook", TRUE, "Ready", "the runtime watcher is ready")
         return
+    for condition in status.get("conditions") or ():
+        if condition.get("type") == "ReplicaFailure" and condition.get("status") == "True":
+            # e.g. the runtime's pod security refuses the pod: no pod will ever say why
+            detail = f"{condition.get('reason', '')}: {condition.get('message', '')}".strip(": ")
+            message = f"the runtime watcher cannot run: {detail}"
+            ctx.condition("SKRWebhook", FALSE, "WatcherFailing", message)
+            ctx.fatal = message
+            return
     for pod in ctx.client.list("v1", "Pod", NAMESPACE, labels=f"app={NAME}"):
         for container in (pod.get("status") or {}).get("containerStatuses") or []:
             waiting = (container.get("state") or {}).get("waiting") or {}
