@@ -17,6 +17,8 @@ import environ
 from cryptography.fernet import Fernet
 from django.core.exceptions import ImproperlyConfigured
 
+from kernel.documents.dockerconfig import DockerConfigError, read_docker_config
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
@@ -395,6 +397,14 @@ WATCHER_KCP_ADDR: str = env.str("WATCHER_KCP_ADDR", default=f"localhost:{LISTENE
 WATCHER_HEARTBEAT_INTERVAL: int = env.int("WATCHER_HEARTBEAT_INTERVAL", default=30)
 WATCHER_CPU_LIMIT: str = env.str("WATCHER_CPU_LIMIT", default="100m")
 WATCHER_MEMORY_LIMIT: str = env.str("WATCHER_MEMORY_LIMIT", default="128Mi")
+# A docker config JSON (.dockerconfigjson) for a private registry: becomes the watcher's image pull
+# Secret in every runtime. Read again at every render, so a rotated file needs no restart.
+WATCHER_IMAGE_PULL_SECRET_FILE: str = env.str("WATCHER_IMAGE_PULL_SECRET_FILE", default="")
+if WATCHER_IMAGE_PULL_SECRET_FILE:
+    try:
+        read_docker_config(WATCHER_IMAGE_PULL_SECRET_FILE)
+    except DockerConfigError as _exc:
+        raise ImproperlyConfigured(f"WATCHER_IMAGE_PULL_SECRET_FILE: {_exc}") from None
 # A runtime watcher without a heartbeat for this long is "silent" (0 turns the detection off).
 WATCHER_SILENT_AFTER: int = env.int("WATCHER_SILENT_AFTER", default=120)
 # How often beat looks for Ready Kymas whose watcher fell silent (they are reconciled at once).

@@ -184,6 +184,7 @@ BUILTINS: tuple[ResourceType, ...] = (
     _builtin(f"{_RBAC}/clusterroles", "ClusterRole", False),
     _builtin(f"{_RBAC}/clusterrolebindings", "ClusterRoleBinding", False),
     _builtin("networking.k8s.io/v1/networkpolicies", "NetworkPolicy", True, short="netpol", generation=True),
+    _builtin("scheduling.k8s.io/v1/priorityclasses", "PriorityClass", False, short="pc"),
 )  # fmt: skip
 _BUILTIN_INDEX: dict[tuple[str, str, str], ResourceType] = {
     (r.group, r.version, r.plural): r for r in BUILTINS

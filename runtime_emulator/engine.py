@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 from kmock import KubernetesError
 
-from runtime_emulator import build, catalog, defaults, errors, fields, patches, selectors
+from runtime_emulator import build, catalog, defaults, errors, fields, patches, podsecurity, selectors
 from runtime_emulator.admission import Admission, AdmissionRequest, UserInfo
 from runtime_emulator.catalog import Catalog, ResourceType
 from runtime_emulator.store import Store
@@ -286,6 +286,10 @@ class Engine:
                     f"unable to create new content in namespace {w.namespace} because it is being terminated"
                 )
                 raise errors.forbidden(rtype.plural, rtype.group, meta["name"], why)
+            if rtype is catalog.PODS:
+                why = podsecurity.refusal(namespace, obj.get("spec") or {})
+                if why:
+                    raise errors.forbidden(rtype.plural, rtype.group, meta["name"], why)
         if self.store.get(rtype.storage, w.namespace, meta["name"]) is not None:
             raise errors.already_exists(rtype.plural, rtype.group, meta["name"])
         if rtype.has_status:

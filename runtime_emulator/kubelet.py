@@ -16,6 +16,14 @@ node would run the pod:
   place (atomically, like the kubelet's symlink swap), so the watcher re-reads its certificate
   without a restart; a deleted Deployment stops it.
 
+NetworkPolicies of the pod's namespace (:mod:`runtime_emulator.netpol`) are honoured when the
+process starts, for what a runtime watcher needs: its egress to ``KCP_ADDR``'s port (and DNS,
+UDP 53, when ``KCP_ADDR`` names a host rather than an address) — when denied, ``KCP_ADDR`` is
+pointed at a closed loopback port, so the watcher runs but never reaches the listener, as behind a
+real deny-all policy — and ingress to a Service's target port, without which the Service is not
+mapped and the API server's admission calls fail (readiness probes come from the node and are
+not subject to policies, as on a real cluster).
+
 Other Deployments are left to the emulator's default (their pods just run). Everything runs on the
 emulator host's event loop; :meth:`ProcessKubelet.close` stops every process.
 """
@@ -24,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import itertools
 import logging
 import os
@@ -38,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime_emulator import catalog
+from runtime_emulator import catalog, netpol
 from runtime_emulator.pods import ContainerLaunch, PodHealth
 from runtime_emulator.workloads import DeploymentChange, DeploymentEvent
 
@@ -46,6 +55,8 @@ logger = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULE = "watchers.runtime"
+DNS_PORT = 53
+NETWORK_POLICIES = "networkpolicies.networking.k8s.io"
 
 
 def runs_runtime_watcher(container: ContainerLaunch) -> bool:
@@ -252,7 +263,27 @@ class ProcessKubelet:
             env[name] = value
         env["BIND_ADDRESS"] = "127.0.0.1"
         env.update(self.env)
+        if "KCP_ADDR" in env and not self._may_reach(pod, env["KCP_ADDR"]):
+            logger.info("network policies cut %s/%s/%s off from %s", *pod.key, env["KCP_ADDR"])
+            env["KCP_ADDR"] = f"127.0.0.1:{free_port()}"  # nothing listens there
         return env
+
+    def _policies(self, pod: _Pod) -> list[dict[str, Any]]:
+        return list(pod.event.emulator.store.objects(NETWORK_POLICIES, pod.namespace))
+
+    def _may_reach(self, pod: _Pod, address: str) -> bool:
+        """Whether the pod's egress policies let it resolve and connect to ``host:port``."""
+        host, colon, port = address.rpartition(":")
+        port_number = int(port) if colon and port.isdigit() else 443
+        host = host if colon else address
+        policies, labels = self._policies(pod), _pod_labels(pod)
+        if not netpol.allows(policies, labels, netpol.EGRESS, port_number):
+            return False
+        try:
+            ipaddress.ip_address(host.strip("[]"))
+        except ValueError:  # a name: it has to be resolved first
+            return netpol.allows(policies, labels, netpol.EGRESS, DNS_PORT, "UDP")
+        return True
 
     def _write_files(self, pod: _Pod) -> None:
         for path, content in pod.container.files.items():
@@ -265,8 +296,8 @@ class ProcessKubelet:
 
     def _map_services(self, pod: _Pod) -> None:
         """Point every Service selecting this pod at the process (first matching target port)."""
-        labels = ((pod.event.deployment.get("spec") or {}).get("template") or {}).get("metadata", {})
-        labels = labels.get("labels") or {}
+        labels = _pod_labels(pod)
+        policies = self._policies(pod)
         store = pod.event.emulator.store
         for service in store.objects(catalog.SERVICES.storage, pod.namespace):
             spec = service.get("spec") or {}
@@ -276,7 +307,7 @@ class ProcessKubelet:
             for port in spec.get("ports") or ():
                 target = port.get("targetPort", port.get("port"))
                 target = _container_port(_container_spec(pod.event.deployment, pod.container.name), target)
-                if target in pod.ports:
+                if target in pod.ports and netpol.allows(policies, labels, netpol.INGRESS, target):
                     endpoint = ("127.0.0.1", pod.ports[target])
                     pod.event.emulator.service_endpoints[pod.namespace, service["metadata"]["name"]] = (
                         endpoint
@@ -328,6 +359,11 @@ def _terminate(process: subprocess.Popen | None, timeout: float = 5) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait(5)
+
+
+def _pod_labels(pod: _Pod) -> dict[str, str]:
+    template = (pod.event.deployment.get("spec") or {}).get("template") or {}
+    return dict((template.get("metadata") or {}).get("labels") or {})
 
 
 def _container_spec(deployment: dict[str, Any], name: str) -> dict[str, Any]:

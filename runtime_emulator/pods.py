@@ -304,9 +304,10 @@ def _max_unavailable(deployment: Mapping[str, Any], replicas: int) -> int:
 
 
 def deployment_status(
-    deployment: Mapping[str, Any], pods: list[dict[str, Any]], pod_hash: str, now: str
+    deployment: Mapping[str, Any], pods: list[dict[str, Any]], pod_hash: str, now: str, failure: str = ""
 ) -> dict[str, Any]:
-    """Status as the deployment controller computes it from the pods that exist."""
+    """Status as the deployment controller computes it from the pods that exist (``failure``: why
+    its pods cannot be created, shown as a ``ReplicaFailure`` condition)."""
     wanted = (deployment.get("spec") or {}).get("replicas", 1)
     previous = {c["type"]: c for c in (deployment.get("status") or {}).get("conditions") or ()}
     ready = sum(
@@ -354,5 +355,6 @@ def deployment_status(
                 "NewReplicaSetAvailable" if done else "ReplicaSetUpdated",
                 f"{replica_set} has successfully progressed." if done else f"{replica_set} is progressing.",
             ),
+            *([condition("ReplicaFailure", True, "FailedCreate", failure)] if failure else []),
         ],
     }

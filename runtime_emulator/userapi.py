@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
 
-from runtime_emulator import catalog, patches
+from runtime_emulator import catalog, patches, podsecurity
 from runtime_emulator.admission import UserInfo
 from runtime_emulator.catalog import ResourceType
 from runtime_emulator.engine import ADMIN, Write
@@ -166,6 +166,25 @@ class UserActions:
             "apply", catalog.CRDS, None, name, body=crd, field_manager="emulator", force=True, user=ADMIN
         )
         return self._write(write)
+
+    def harden(self, namespace: str = "kyma-system", *, user: str = "test-user") -> None:
+        """What security-minded customers do to a namespace: enforce the "restricted" Pod Security
+        Standard (:mod:`runtime_emulator.podsecurity`) and deny all traffic of its pods by a
+        NetworkPolicy (see :mod:`runtime_emulator.netpol`), creating the namespace if need be."""
+        labels = {podsecurity.ENFORCE_LABEL: podsecurity.RESTRICTED}
+        self.apply_as_user(
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": labels}},
+            user=user,
+        )
+        self.apply_as_user(
+            {
+                "apiVersion": "networking.k8s.io/v1",
+                "kind": "NetworkPolicy",
+                "metadata": {"name": "deny-all", "namespace": namespace},
+                "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]},
+            },
+            user=user,
+        )
 
     # -- workloads, faults, connectivity ---------------------------------------------------------
 

@@ -6,6 +6,10 @@ After a Deployment changes, the emulator creates/replaces its Pods (labelled by 
 inline, before the triggering write is answered, so a client reading back right after its write
 already sees the outcome. A rollout replaces all pods at once.
 
+Pods a namespace's PodSecurity level refuses (:mod:`runtime_emulator.podsecurity`) are not
+created and the kubelet hook is not called for them; the Deployment's status then carries a
+``ReplicaFailure`` condition (reason ``FailedCreate``) with the refusal, as a real one does.
+
 Pod health comes from, in this order:
 
 1. a failure mode a test forced (:meth:`Workloads.set_health`), e.g. ``PodHealth.crash_loop_backoff()``;
@@ -46,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 from kmock import KubernetesError
 
-from runtime_emulator import build, catalog, patches
+from runtime_emulator import build, catalog, patches, podsecurity
 from runtime_emulator.admission import UserInfo
 from runtime_emulator.engine import Engine, Outcome, Write
 from runtime_emulator.pods import (
@@ -202,7 +206,11 @@ class Workloads:
             containers = resolve_containers(store, namespace, f"{name}-{pod_hash}", template)
         except MissingReference as missing:
             containers, problem = (), missing.health
-        if change is not None and problem is None:
+        # Pods the namespace's PodSecurity level refuses are never created, so no kubelet runs them.
+        refused = podsecurity.refusal(
+            store.get(catalog.NAMESPACES.storage, None, namespace), template.get("spec") or {}
+        )
+        if change is not None and problem is None and not refused:
             await self._notify(change, deployment, containers)
         forced = (self._forced or {}).get((namespace, name))
         health = forced or problem or self._health((namespace, name), pod_hash)
@@ -225,7 +233,8 @@ class Workloads:
                     )
                 )
         pods = [store.get(catalog.PODS.storage, namespace, p["metadata"]["name"]) or p for p in pods]
-        body = {**deployment, "status": deployment_status(deployment, pods, pod_hash, now)}
+        failure = f'pods "{name}-{pod_hash}-" is forbidden: {refused}' if refused else ""
+        body = {**deployment, "status": deployment_status(deployment, pods, pod_hash, now, failure)}
         await self._write(
             Write(
                 "update",

@@ -4,6 +4,15 @@ In namespace ``kyma-system``: Secret ``skr-webhook-tls`` (``ca.crt``, ``tls.crt`
 Service and Deployment ``skr-webhook`` (our runtime watcher, ``python -m watchers.runtime``), and the
 cluster-wide ValidatingWebhookConfiguration ``skr-webhook`` with one webhook per Watcher. The pod
 template carries a label derived from the certificate, so a new certificate restarts the watcher.
+
+Customers run ``kyma-system`` with deny-all NetworkPolicies and the "restricted" Pod Security
+Standard, so, like upstream's ``skr-webhook`` resources, the watcher also brings what it needs
+there: four NetworkPolicies selecting its pod (API server → webhook port, watcher → the KCP
+listener's port, DNS, metrics scraping), a pod that passes "restricted" (non-root, no privilege
+escalation, no capabilities, ``RuntimeDefault`` seccomp, read-only root filesystem), the Istio
+sidecar opt-out label, the cluster-wide PriorityClass ``skr-webhook-priority`` and a separate
+metrics Service ``skr-webhook-metrics``. With ``WATCHER_IMAGE_PULL_SECRET_FILE`` set, the docker
+config it names becomes the Secret ``skr-webhook-pull-secret`` the Deployment pulls its image with.
 Everything is a plain dict, rendered the same way every time, so content hashes say whether
 anything changed.
 """
@@ -17,6 +26,7 @@ from typing import Any
 
 from django.conf import settings
 
+from kernel.documents.dockerconfig import read_docker_config
 from kernel.documents.hashing import stamped
 from pki.crypto import content_hash
 
@@ -25,12 +35,24 @@ from .models import Watcher, WatcherField
 NAMESPACE = "kyma-system"
 NAME = "skr-webhook"
 SECRET_NAME = "skr-webhook-tls"
+PULL_SECRET_NAME = "skr-webhook-pull-secret"
+METRICS_SERVICE_NAME = "skr-webhook-metrics"
+PRIORITY_CLASS_NAME = "skr-webhook-priority"
+PRIORITY = 2_000_000  # high, yet below the system-* classes (2,000,000,000 and up)
+ISTIO_INJECT = {"sidecar.istio.io/inject": "false"}
 MANAGED_BY = {"operator.kyma-project.io/managed-by": "kyma"}
 RESTART_LABEL = "operator.kyma-project.io/pod-restart-trigger"
 CERT_DIR = "/etc/skr-webhook/tls"
 WEBHOOK_PORT = 8443
 METRICS_PORT = 2112
 REDACTED = "<redacted>"
+DNS_PORT = 53
+NETWORK_POLICIES = (
+    f"{NAME}-allow-apiserver",
+    f"{NAME}-allow-kcp",
+    f"{NAME}-allow-dns",
+    f"{NAME}-allow-metrics",
+)
 
 
 def webhook(watcher: Watcher, ca_bundle: bytes) -> dict[str, Any]:
@@ -102,7 +124,113 @@ def service() -> dict[str, Any]:
     }
 
 
-def deployment(restart_trigger: str) -> dict[str, Any]:
+def metrics_service() -> dict[str, Any]:
+    """The metrics port on its own Service, as upstream scrapes it (a ServiceMonitor selects it)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": METRICS_SERVICE_NAME,
+            "namespace": NAMESPACE,
+            "labels": {**MANAGED_BY, "app": NAME},
+        },
+        "spec": {
+            "selector": {"app": NAME},
+            "ports": [
+                {"name": "metrics", "port": METRICS_PORT, "targetPort": METRICS_PORT, "protocol": "TCP"}
+            ],
+        },
+    }
+
+
+def priority_class() -> dict[str, Any]:
+    """Keeps the watcher scheduled when a runtime is short of resources (never the default)."""
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": PRIORITY_CLASS_NAME, "labels": dict(MANAGED_BY)},
+        "value": PRIORITY,
+        "globalDefault": False,
+        "preemptionPolicy": "PreemptLowerPriority",
+        "description": "The Kyma runtime watcher (skr-webhook).",
+    }
+
+
+def kcp_port() -> int:
+    """The listener's port as runtimes reach it (``WATCHER_KCP_ADDR``; 443 when it names none)."""
+    _, colon, port = settings.WATCHER_KCP_ADDR.rpartition(":")
+    return int(port) if colon and port.isdigit() else 443
+
+
+def pull_secret(docker_config: bytes) -> dict[str, Any]:
+    """The registry credentials the watcher's image is pulled with."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": PULL_SECRET_NAME, "namespace": NAMESPACE, "labels": dict(MANAGED_BY)},
+        "type": "kubernetes.io/dockerconfigjson",
+        "data": {".dockerconfigjson": base64.b64encode(docker_config).decode()},
+    }
+
+
+def docker_config() -> bytes | None:
+    """``WATCHER_IMAGE_PULL_SECRET_FILE``'s content, read now; ``None`` when it is not set.
+    Raises :class:`DockerConfigError` when the file became unusable since the start."""
+    path = settings.WATCHER_IMAGE_PULL_SECRET_FILE
+    return read_docker_config(path) if path else None
+
+
+def _network_policy(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name, "namespace": NAMESPACE, "labels": dict(MANAGED_BY)},
+        "spec": {"podSelector": {"matchLabels": {"app": NAME}}, **spec},
+    }
+
+
+def network_policies() -> list[dict[str, Any]]:
+    """What the watcher needs through a deny-all ``kyma-system``: admission calls from the API
+    server (any source: its address differs per provider), events to the KCP listener (any
+    destination, as upstream: the listener sits behind a load balancer), DNS, and scraping."""
+    apiserver, kcp, dns, metrics = NETWORK_POLICIES
+    return [
+        _network_policy(
+            apiserver,
+            {
+                "policyTypes": ["Ingress"],
+                "ingress": [{"ports": [{"protocol": "TCP", "port": WEBHOOK_PORT}]}],
+            },
+        ),
+        _network_policy(
+            kcp,
+            {"policyTypes": ["Egress"], "egress": [{"ports": [{"protocol": "TCP", "port": kcp_port()}]}]},
+        ),
+        _network_policy(
+            dns,
+            {
+                "policyTypes": ["Egress"],
+                "egress": [
+                    {
+                        "ports": [
+                            {"protocol": "UDP", "port": DNS_PORT},
+                            {"protocol": "TCP", "port": DNS_PORT},
+                        ]
+                    }
+                ],
+            },
+        ),
+        _network_policy(
+            metrics,
+            {
+                "policyTypes": ["Ingress"],
+                "ingress": [{"ports": [{"protocol": "TCP", "port": METRICS_PORT}]}],
+            },
+        ),
+    ]
+
+
+def deployment(restart_trigger: str, *, pull_secret: bool = False) -> dict[str, Any]:
     """Exactly our runtime watcher's entry point, configured by upstream's environment variables."""
     env = {
         "WEBHOOK_PORT": str(WEBHOOK_PORT),
@@ -122,9 +250,15 @@ def deployment(restart_trigger: str) -> dict[str, Any]:
             "replicas": 1,
             "selector": {"matchLabels": {"app": NAME}},
             "template": {
-                "metadata": {"labels": {"app": NAME, RESTART_LABEL: restart_trigger}},
+                "metadata": {"labels": {"app": NAME, RESTART_LABEL: restart_trigger, **ISTIO_INJECT}},
                 "spec": {
-                    "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001},
+                    "priorityClassName": PRIORITY_CLASS_NAME,
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": 10001,
+                        "runAsGroup": 10001,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
                     "containers": [
                         {
                             "name": "server",
@@ -147,12 +281,14 @@ def deployment(restart_trigger: str) -> dict[str, Any]:
                             "securityContext": {
                                 "allowPrivilegeEscalation": False,
                                 "readOnlyRootFilesystem": True,
+                                "runAsNonRoot": True,
                                 "capabilities": {"drop": ["ALL"]},
                             },
                             "volumeMounts": [{"name": "tls", "mountPath": CERT_DIR, "readOnly": True}],
                         }
                     ],
                     "volumes": [{"name": "tls", "secret": {"secretName": SECRET_NAME}}],
+                    **({"imagePullSecrets": [{"name": PULL_SECRET_NAME}]} if pull_secret else {}),
                 },
             },
         },
@@ -160,10 +296,40 @@ def deployment(restart_trigger: str) -> dict[str, Any]:
 
 
 def runtime_watcher_resources(*, watchers: Iterable[Watcher], tls: dict[str, bytes]) -> list[dict[str, Any]]:
-    """What one runtime needs, in apply order; each object carries its content hash."""
+    """What one runtime needs, in apply order (what the pod needs before the pod, the webhooks
+    last); each object carries its content hash. Raises :class:`DockerConfigError` when the
+    image pull secret's file cannot be used."""
     restart = content_hash(tls["ca.crt"], tls["tls.crt"], tls["tls.key"])
-    docs = [secret(tls), service(), deployment(restart), webhook_configuration(watchers, tls["ca.crt"])]
+    registry = docker_config()
+    docs = [
+        priority_class(),
+        *network_policies(),
+        secret(tls),
+        *([pull_secret(registry)] if registry is not None else []),
+        service(),
+        metrics_service(),
+        deployment(restart, pull_secret=registry is not None),
+        webhook_configuration(watchers, tls["ca.crt"]),
+    ]
     return [stamped(doc) for doc in docs]
+
+
+def removal_order() -> list[tuple[str, str, str, str | None]]:
+    """``(apiVersion, kind, name, namespace)`` of everything we render, webhooks first (so nothing
+    calls a stopped server), then the pod, then what it needed."""
+    namespaced = [
+        ("apps/v1", "Deployment", NAME),
+        ("v1", "Service", NAME),
+        ("v1", "Service", METRICS_SERVICE_NAME),
+        ("v1", "Secret", SECRET_NAME),
+        ("v1", "Secret", PULL_SECRET_NAME),
+        *(("networking.k8s.io/v1", "NetworkPolicy", name) for name in NETWORK_POLICIES),
+    ]
+    return [
+        ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration", NAME, None),
+        *((api_version, kind, name, NAMESPACE) for api_version, kind, name in namespaced),
+        ("scheduling.k8s.io/v1", "PriorityClass", PRIORITY_CLASS_NAME, None),
+    ]
 
 
 def redacted(docs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -14,6 +14,7 @@ from typing import Any
 from django.utils import timezone
 
 from fleet.models import Kyma, ModuleConfig, ReconcileRecord, SyncResource
+from kernel.documents.dockerconfig import DockerConfigError
 from kernel.documents.yamlio import dump_yaml
 from listener.models import WatchEventRecord
 from pki import services as pki_services
@@ -201,7 +202,10 @@ def kyma_watcher_manifests(kyma: Kyma, certificates: list[Certificate]) -> Watch
         note = (
             f"No certificate has been issued for this Kyma yet{why}: the Secret is shown with placeholders."
         )
-    docs = redacted(runtime_watcher_resources(watchers=active_watchers(), tls=tls))
+    try:
+        docs = redacted(runtime_watcher_resources(watchers=active_watchers(), tls=tls))
+    except DockerConfigError as exc:
+        docs, note = [], f"Cannot render the runtime watcher: WATCHER_IMAGE_PULL_SECRET_FILE: {exc}"
     tls.clear()  # drop the private key as soon as the documents are rendered
     return WatcherManifests(yaml=dump_yaml(docs), certificate=current, note=note)
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from kernel.documents.dockerconfig import DockerConfigError
 from pki import services as pki
 from watchers.models import Watcher
-from watchers.rendering import NAME, NAMESPACE, runtime_watcher_resources
+from watchers.rendering import NAME, NAMESPACE, removal_order, runtime_watcher_resources
 from watchers.status import rollout_mark, webhook_problem
 
 from .apply import apply_if_changed
@@ -37,8 +38,15 @@ def sync(ctx: ReconcileContext, watchers: list[Watcher]) -> None:
         ctx.fatal = exc.message
         return
     tls = pki.runtime_secret_data(certificate, now=ctx.now)
+    try:
+        docs = runtime_watcher_resources(watchers=watchers, tls=tls)
+    except DockerConfigError as exc:
+        message = f"WATCHER_IMAGE_PULL_SECRET_FILE: {exc}"
+        ctx.condition("SKRWebhook", FALSE, "ImagePullSecretError", message)
+        ctx.fatal = message
+        return
     deployment = None
-    for doc in runtime_watcher_resources(watchers=watchers, tls=tls):
+    for doc in docs:
         live = apply_if_changed(ctx, doc)
         if doc["kind"] == "Deployment":
             deployment = live
@@ -54,6 +62,14 @@ def readiness(ctx: ReconcileContext, deployment: dict[str, Any] | None) -> None:
     if status.get("readyReplicas", 0) >= 1 and status.get("observedGeneration", generation) >= generation:
         ctx.condition("SKRWebhook", TRUE, "Ready", "the runtime watcher is ready")
         return
+    for condition in status.get("conditions") or ():
+        if condition.get("type") == "ReplicaFailure" and condition.get("status") == "True":
+            # e.g. the runtime's pod security refuses the pod: no pod will ever say why
+            detail = f"{condition.get('reason', '')}: {condition.get('message', '')}".strip(": ")
+            message = f"the runtime watcher cannot run: {detail}"
+            ctx.condition("SKRWebhook", FALSE, "WatcherFailing", message)
+            ctx.fatal = message
+            return
     for pod in ctx.client.list("v1", "Pod", NAMESPACE, labels=f"app={NAME}"):
         for container in (pod.get("status") or {}).get("containerStatuses") or []:
             waiting = (container.get("state") or {}).get("waiting") or {}
@@ -68,8 +84,5 @@ def readiness(ctx: ReconcileContext, deployment: dict[str, Any] | None) -> None:
 
 def remove(ctx: ReconcileContext) -> None:
     """Take the runtime watcher out of the runtime (webhooks first, so nothing calls a dead server)."""
-    client = ctx.client
-    client.delete("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration", NAME)
-    client.delete("apps/v1", "Deployment", NAME, NAMESPACE)
-    client.delete("v1", "Service", NAME, NAMESPACE)
-    client.delete("v1", "Secret", "skr-webhook-tls", NAMESPACE)
+    for api_version, kind, name, namespace in removal_order():
+        ctx.client.delete(api_version, kind, name, namespace)
