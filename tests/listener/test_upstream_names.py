@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import urllib.request
-from urllib.parse import quote
+from urllib.parse import quote, quote_plus
 
 import pytest
+from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
+from listener import identity
+from pki import crypto, services
 from tests.factories import KymaFactory
 from tests.support.listener import Credentials, PkiSnapshot, event_body, klm_watcher, request, start_listener
 
@@ -58,3 +62,46 @@ def test_given_a_request_when_scraping_then_upstreams_duration_gauge_is_there_be
     assert sample.labels == {"server_name": "listener"}
     assert 0 < sample.value < 60
     assert found["watcher_listener_request_duration_seconds"].type == "histogram"
+
+
+def plus_encoded(pem: bytes, *, quoted: bool) -> str:
+    """Cert= as a URL query value: spaces become ``+``, the PEM's own ``+`` becomes ``%2B``."""
+    cert = quote_plus(pem.decode())
+    assert "+CERTIFICATE-----" in cert
+    value = f'"{cert}"' if quoted else cert
+    return f'By=spiffe://cluster.local/ns/kcp/sa/listener;Hash=abc;Cert={value};Subject="CN=x"'
+
+
+@pytest.mark.parametrize("quoted", [True, False])
+def test_given_cert_encoded_with_plus_for_spaces_when_posting_then_accepted(listener, creds, quoted):
+    header = plus_encoded(creds.cert, quoted=quoted)
+    status, body = request(
+        listener.port, None, PATH, event_body(), headers={"X-Forwarded-Client-Cert": header}
+    )
+    assert status == 200, body
+    assert body["kyma"].startswith("kcp-system/")
+
+
+def test_given_a_plus_encoded_certificate_from_a_foreign_ca_when_posting_then_still_401(listener, creds):
+    now = timezone.now()
+    foreign_ca = crypto.create_ca(common_name="foreign", now=now, validity=dt.timedelta(days=1))
+    foreign = crypto.issue_certificate(
+        ca=foreign_ca,
+        common_name="rt-names",
+        dns_names=["rt-names.kyma.example.com"],
+        now=now,
+        validity=dt.timedelta(hours=1),
+    )
+    header = plus_encoded(foreign.certificate_pem, quoted=True)
+    status, body = request(
+        listener.port, None, PATH, event_body(), headers={"X-Forwarded-Client-Cert": header}
+    )
+    assert status == 401
+    assert "not trusted" in body["detail"]
+
+
+def test_plus_decodes_to_a_space_and_percent_2b_to_a_plus(creds):
+    pem = (creds.cert + services.ca_bundle_pem()).decode()
+    assert "+" in pem  # base64 of a real certificate: the case a plain unquote would get wrong
+    assert identity.xfcc_certificate_pem(f"Cert={quote_plus(pem)}") == pem
+    assert identity.xfcc_certificate_pem(f"Cert={quote(pem, safe='')}") == pem
