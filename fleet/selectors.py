@@ -15,6 +15,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from fleet.models import Kyma, KymaState
+from fleet.models.kyma import SKIP_RECONCILIATION_LABEL
 
 
 def kyma_ids_using_module(module_name: str) -> list[int]:
@@ -40,10 +41,13 @@ def kyma_ids_all(batch_size: int = 500) -> Iterator[list[int]]:
 
 
 def kyma_ids_due(*, limit: int, batch_size: int = 500) -> Iterator[list[int]]:
-    """Kymas whose periodic reconcile is due (or that never had one), oldest deadline first."""
+    """Kymas whose periodic reconcile is due (or that never had one), oldest deadline first.
+    Paused Kymas (upstream's skip-reconciliation label) are passed by unless being deleted."""
     now = timezone.now()
+    paused = Q(**{f"labels__{SKIP_RECONCILIATION_LABEL}": "true"}, deletion_timestamp__isnull=True)
     due = (
         Kyma.objects.filter(Q(next_reconcile_at__lte=now) | Q(next_reconcile_at__isnull=True))
+        .exclude(paused)
         .order_by(F("next_reconcile_at").asc(nulls_first=True))
         .values_list("id", flat=True)[:limit]
     )

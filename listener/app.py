@@ -175,5 +175,7 @@ def application(environ: dict[str, Any], start_response: StartResponse) -> list[
     metrics.request_counter(label, status).inc()
     if status != 200:
         metrics.REQUEST_ERRORS.labels(code=str(status)).inc()
-    metrics.DURATION.observe(time.perf_counter() - started)
+    elapsed = time.perf_counter() - started
+    metrics.DURATION.observe(elapsed)
+    metrics.LAST_DURATION.set(elapsed)
     return [payload]

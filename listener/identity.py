@@ -4,9 +4,10 @@
 certificates required); the certificate is read from the connection's socket.
 
 *Proxy mode* (behind Istio/Envoy): the certificate comes from the first element of the
-``X-Forwarded-Client-Cert`` header (its ``Cert=`` field: URL-encoded PEM). The header is honoured
-only from ``LISTENER_TRUSTED_PROXIES`` and the certificate is verified against the bundle again
-(chain, validity, client-auth key usage), because the proxy is not the last line of defence.
+``X-Forwarded-Client-Cert`` header (its ``Cert=`` field: PEM encoded as a URL query value). The
+header is honoured only from ``LISTENER_TRUSTED_PROXIES`` and the certificate is verified against
+the bundle again (chain, validity, client-auth key usage), because the proxy is not the last line
+of defence.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import threading
 import time
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import unquote_plus
 
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
@@ -116,7 +117,9 @@ def xfcc_certificate_pem(header: str) -> str:
             value = value.strip()
             if len(value) >= 2 and value[0] == value[-1] == '"':
                 value = value[1:-1].replace('\\"', '"')
-            pem = unquote(value)
+            # A URL query value, as upstream reads it: "+" is a space, %XX a byte. Envoy writes
+            # %20 and %2B, so its headers read the same either way.
+            pem = unquote_plus(value)
             if pem:
                 return pem
     raise IdentityError("X-Forwarded-Client-Cert has no Cert= field in its first element", "missing")

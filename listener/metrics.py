@@ -20,6 +20,14 @@ DURATION = Histogram(
     "Time to answer a WatchEvent request",
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
 )
+# Upstream's name and shape (a gauge: the last request's duration in seconds, labelled
+# server_name="listener"), kept for dashboards built on it; the histogram above is the useful one.
+LAST_DURATION = Gauge(
+    "watcher_listener_request_duration",
+    "Duration of the most recent request in seconds (upstream's gauge)",
+    ["server_name"],
+    multiprocess_mode="mostrecent",
+).labels(server_name="listener")
 IN_FLIGHT = Gauge(
     "watcher_listener_inflight_requests", "Requests being handled now", multiprocess_mode="livesum"
 )

@@ -76,3 +76,16 @@ class WatcherKind(ResourceKind):
         if watcher.conditions:
             status["conditions"] = watcher.conditions
         return {**self.header(), "metadata": self.metadata(watcher), "spec": spec, "status": status}
+
+
+@register
+class RuntimeWatcherKind(WatcherKind):
+    """lifecycle-manager's new name for the Watcher (its ADR 009): same group, versions and schema.
+
+    An alias, not a second resource: a RuntimeWatcher document writes the same Watcher row a
+    Watcher document of that name does, and ``get runtimewatchers`` lists the same Watchers.
+    """
+
+    kind = "RuntimeWatcher"
+    plural = "runtimewatchers"
+    aliases = ("runtimewatcher",)

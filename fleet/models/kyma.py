@@ -33,6 +33,8 @@ MODULE_SCHEMA = schema.obj(
 )
 MODULES_SCHEMA = {"type": "array", "items": MODULE_SCHEMA}
 MODULE_DEFAULTS = {"customResourcePolicy": "CreateAndDelete", "managed": True}
+# Upstream's pause switch: with this label set to "true" a Kyma is not reconciled (deletion still is).
+SKIP_RECONCILIATION_LABEL = "operator.kyma-project.io/skip-reconciliation"
 
 
 def validate_channel(value: str) -> None:
@@ -155,6 +157,11 @@ class Kyma(NamespacedResourceModel):
             models.Index(fields=["name"], name="kyma_name"),
         ]
         ordering = ["namespace", "name"]
+
+    @property
+    def skip_reconciliation(self) -> bool:
+        """Paused by upstream's label (exactly ``"true"``, as upstream compares it)."""
+        return (self.labels or {}).get(SKIP_RECONCILIATION_LABEL) == "true"
 
     def module_entries(self) -> list[dict]:
         """The spec's modules with upstream's defaults filled in."""

@@ -4,7 +4,8 @@ Desired state comes from the database, actual state from the runtime; only diffe
 written to the runtime, and the Kyma's status is written once at the end, and only when it
 changed. Steps, in order: the runtime's namespace and Kyma CRD, the runtime's Kyma (both ways),
 the runtime watcher (certificate, Secret, Service, Deployment, webhooks), modules, SyncResources.
-A Kyma being deleted runs the cleanup instead (see :mod:`.deletion`).
+A Kyma being deleted runs the cleanup instead (see :mod:`.deletion`); a paused one (upstream's
+skip-reconciliation label) is left alone (see :mod:`.pause`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from django.utils import timezone
 from fleet.k8s.client import Permanent, RuntimeAPIError, Temporary, client_for
 from fleet.models import Kyma
 
-from . import deletion, modules, runtime_kyma, sync_resources, watcher_heartbeat, watcher_resources
+from . import deletion, modules, pause, runtime_kyma, sync_resources, watcher_heartbeat, watcher_resources
 from .context import FALSE, TRUE, ReconcileContext
 from .status import FINALIZER, Outcome, finish
 
@@ -55,6 +56,8 @@ def kyma_reconcile(kyma: Kyma, *, heartbeat: object = None, now: dt.datetime | N
     ctx = ReconcileContext(kyma=kyma, now=now or timezone.now(), heartbeat=heartbeat)
     if kyma.is_deleting:
         return deletion.run(ctx)
+    if kyma.skip_reconciliation:
+        return pause.skip(ctx)
     if not kyma.kubeconfig:
         ctx.condition("Runtime", FALSE, "NoKubeconfig", "no kubeconfig: the runtime cannot be reached")
         ctx.fatal = "no kubeconfig"

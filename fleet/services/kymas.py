@@ -29,10 +29,22 @@ def kyma_save(kyma: Kyma, *, reconcile: bool = True) -> bool:
         raise Conflict(f"Kyma {kyma.key} is being deleted; it cannot be changed")
     kyma.modules = _normalized_modules(kyma.modules)
     with transaction.atomic():
+        was_paused = _stored_pause(kyma)
         changed = resource_save(kyma, before=stored_spec(kyma))
         if changed and reconcile:
             queue.request([kyma.pk], reason="spec changed")
+        elif was_paused is not None and was_paused != kyma.skip_reconciliation:
+            # Labels are not spec: only this one matters to the reconcile (resume, or record the pause).
+            queue.request([kyma.pk], reason="skip-reconciliation label changed")
     return changed
+
+
+def _stored_pause(kyma: Kyma) -> bool | None:
+    """Whether the stored Kyma is paused (``None`` for a new one)."""
+    if kyma.pk is None:
+        return None
+    labels = Kyma.objects.filter(pk=kyma.pk).values_list("labels", flat=True).first()
+    return Kyma(labels=labels or {}).skip_reconciliation
 
 
 @transaction.atomic

@@ -2,7 +2,8 @@
 
 Upstream names are kept where upstream has them so existing dashboards and the upstream e2e
 checks keep working (``watcher_admission_request_total``, ``watcher_admission_request_error_total``,
-``watcher_kcp_requests_total``, ``watcher_failed_kcp_total{error_reason}``, ``watcher_request_duration``).
+``watcher_kcp_requests_total``, ``watcher_failed_kcp_total{error_reason}``, ``watcher_request_duration``,
+``watcher_fips_mode``: 0 off, 1 on, 2 only, see ``fips.py``).
 Because delivery is asynchronous here, the KCP counters count HTTP attempts made by the sender,
 not admissions. A private registry keeps several in-process watchers (tests) from colliding and
 keeps the default process/GC collectors out of the way.
@@ -11,6 +12,8 @@ keeps the default process/GC collectors out of the way.
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from watchers.runtime.fips import fips_mode
 
 # Upstream error_reason values (watchermetrics.KcpErrReason), reused where they fit. "request-setup"
 # (client certificate unloadable) stays at 0 here: bad files stop the start, and a broken update
@@ -52,6 +55,10 @@ class WatcherMetrics:
         self.request_duration = Gauge(
             "watcher_request_duration", "Handling time of the last admission request in seconds", registry=r
         )
+        self.fips_mode = Gauge(
+            "watcher_fips_mode", "FIPS mode of the OpenSSL behind TLS (0=off/1=on/2=only)", registry=r
+        )
+        self.fips_mode.set(fips_mode())
         # --- ours ---
         self.admission_in_flight = Gauge(
             "watcher_admission_in_flight", "Admission requests being handled right now", registry=r
