@@ -9,7 +9,11 @@ wins: that is where the user edited. Its status mirrors the control plane's view
 
 from __future__ import annotations
 
+import copy
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from fleet.models import Kyma
 from fleet.models.kyma import MODULE_DEFAULTS
@@ -25,34 +29,18 @@ NAME = "default"
 API_VERSION = "operator.kyma-project.io/v1beta2"
 CRD_NAME = "kymas.operator.kyma-project.io"
 LABELS = {"operator.kyma-project.io/watched-by": "kyma", "operator.kyma-project.io/managed-by": "kyma"}
+# Upstream's Kyma CRD, vendored as data (its origin and version are in the file's header).
+_UPSTREAM_CRD: dict[str, Any] = yaml.safe_load(
+    (Path(__file__).parent / "crds" / "operator.kyma-project.io_kymas.yaml").read_text(encoding="utf-8")
+)
 
 
 def kyma_crd() -> dict[str, Any]:
-    """The Kyma CRD the runtime needs to store its Kyma (the control plane installs it, as upstream)."""
-    crd = {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": CRD_NAME, "labels": {"operator.kyma-project.io/managed-by": "kyma"}},
-        "spec": {
-            "group": "operator.kyma-project.io",
-            "names": {"kind": "Kyma", "listKind": "KymaList", "plural": "kymas", "singular": "kyma"},
-            "scope": "Namespaced",
-            "versions": [
-                {
-                    "name": "v1beta2",
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "x-kubernetes-preserve-unknown-fields": True,
-                        }
-                    },
-                }
-            ],
-        },
-    }
+    """The Kyma CRD the runtime needs to store its Kyma (the control plane installs it, as upstream):
+    upstream's own, with its schema, so the runtime's API server validates users' edits."""
+    crd = copy.deepcopy(_UPSTREAM_CRD)
+    metadata = crd.setdefault("metadata", {})
+    metadata["labels"] = {**(metadata.get("labels") or {}), "operator.kyma-project.io/managed-by": "kyma"}
     return stamped(crd)
 
 
