@@ -9,7 +9,7 @@ FINALIZER = "operator.kyma-project.io/Kyma"
 
 def _reshape(kyma) -> bool:
     """Rewrite one Kyma's stored status into upstream's shape; True when something changed."""
-    owned, entries = {}, []
+    owned, entries = dict(kyma.owned_module_resources or {}), []
     for entry in kyma.module_status or []:
         entry = dict(entry)
         policy = entry.pop("customResourcePolicy", "CreateAndDelete")

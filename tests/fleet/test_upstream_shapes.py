@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 from copy import deepcopy
+from importlib import import_module
 
 import pytest
 import yaml
@@ -212,3 +213,93 @@ class TestRuntimeKymaCrd:
         reconcile(kyma)
         after = runtime.get_object("customresourcedefinitions", "kymas.operator.kyma-project.io")
         assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+
+
+class TestModuleCrOwnership:
+    """Which module CRs go with their module is kept apart from upstream's status.modules."""
+
+    def test_given_policy_ignore_and_a_users_cr_when_the_module_is_removed_then_the_cr_stays(self, runtimes):
+        runtime = runtimes()
+        runtime.create_as_user({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kyma-system"}})
+        runtime.create_as_user(
+            {
+                "apiVersion": "operator.kyma-project.io/v1alpha1",
+                "kind": "Keda",
+                "metadata": {"name": "default", "namespace": "kyma-system"},
+                "spec": {"replicas": 2},
+            }
+        )
+        kyma = connected_kyma(runtime, modules=[{"name": "keda", "customResourcePolicy": "Ignore"}])
+        reconcile(kyma)
+        assert kyma.module_status[0]["resource"] == KEDA_RESOURCE
+        assert kyma.owned_module_resources == {}
+        kyma.modules = []
+        kyma_services.kyma_save(kyma)
+        reconcile(kyma)
+        assert runtime.get_object("Keda", "default", "kyma-system") is not None
+
+    def test_given_policy_create_and_delete_then_the_cr_is_owned_until_the_module_goes(self, runtimes):
+        runtime = runtimes()
+        kyma = connected_kyma(runtime)
+        reconcile(kyma)
+        assert kyma.owned_module_resources == {
+            "keda": {
+                "apiVersion": "operator.kyma-project.io/v1alpha1",
+                "kind": "Keda",
+                "name": "default",
+                "namespace": "kyma-system",
+            }
+        }
+        kyma.modules = []
+        kyma_services.kyma_save(kyma)
+        reconcile(kyma)
+        assert runtime.get_object("Keda", "default", "kyma-system") is None
+        assert kyma.owned_module_resources == {} and kyma.module_status == []
+
+
+class TestStoredStatusMigration:
+    """Kymas stored before: their status is reshaped, their owned CRs and finalizer carried over."""
+
+    reshape = staticmethod(import_module("fleet.migrations.0006_kyma_upstream_status_shape")._reshape)
+
+    def test_given_the_old_shape_when_migrated_then_upstreams_shape_and_the_owned_crs(self):
+        ref = {"apiVersion": "operator.kyma-project.io/v1alpha1", "kind": "Keda", "name": "default"}
+        kyma = Kyma(
+            finalizers=[OLD_FINALIZER, "other.example.com/keep", UPSTREAM_FINALIZER],
+            module_status=[
+                {"name": "keda", "state": "Ready", "resource": {**ref, "namespace": "kyma-system"}},
+                {
+                    "name": "serverless",
+                    "state": "Ready",
+                    "resource": {**ref, "kind": "Serverless", "namespace": ""},
+                    "customResourcePolicy": "Ignore",
+                },
+                {"name": "nope", "state": "Error", "message": "not in the module catalog"},
+            ],
+        )
+        assert self.reshape(kyma) is True
+        assert kyma.finalizers == [UPSTREAM_FINALIZER, "other.example.com/keep"]
+        assert kyma.module_status == [
+            {
+                "name": "keda",
+                "state": "Ready",
+                "resource": {
+                    "apiVersion": "operator.kyma-project.io/v1alpha1",
+                    "kind": "Keda",
+                    "metadata": {"name": "default", "namespace": "kyma-system"},
+                },
+            },
+            {
+                "name": "serverless",
+                "state": "Ready",
+                "resource": {
+                    "apiVersion": "operator.kyma-project.io/v1alpha1",
+                    "kind": "Serverless",
+                    "metadata": {"name": "default"},
+                },
+            },
+            {"name": "nope", "state": "Error", "message": "not in the module catalog"},
+        ]
+        assert kyma.owned_module_resources == {"keda": {**ref, "namespace": "kyma-system"}}
+        assert pruned({"status": {"modules": kyma.module_status}}, upstream_kyma_schema()) == []
+        assert self.reshape(kyma) is False
