@@ -9,11 +9,7 @@ wins: that is where the user edited. Its status mirrors the control plane's view
 
 from __future__ import annotations
 
-import copy
-from pathlib import Path
 from typing import Any
-
-import yaml
 
 from fleet.models import Kyma
 from fleet.models.kyma import MODULE_DEFAULTS
@@ -23,25 +19,19 @@ from kernel.errors import ValidationFailed
 
 from .apply import apply_if_changed
 from .context import ReconcileContext
+from .kyma_crd import CRD_NAME as CRD_NAME
+from .kyma_crd import kyma_crd as _unstamped_crd
 
 NAMESPACE = "kyma-system"
 NAME = "default"
 API_VERSION = "operator.kyma-project.io/v1beta2"
-CRD_NAME = "kymas.operator.kyma-project.io"
 LABELS = {"operator.kyma-project.io/watched-by": "kyma", "operator.kyma-project.io/managed-by": "kyma"}
-# Upstream's Kyma CRD, vendored as data (its origin and version are in the file's header).
-_UPSTREAM_CRD: dict[str, Any] = yaml.safe_load(
-    (Path(__file__).parent / "crds" / "operator.kyma-project.io_kymas.yaml").read_text(encoding="utf-8")
-)
 
 
 def kyma_crd() -> dict[str, Any]:
-    """The Kyma CRD the runtime needs to store its Kyma (the control plane installs it, as upstream):
-    upstream's own, with its schema, so the runtime's API server validates users' edits."""
-    crd = copy.deepcopy(_UPSTREAM_CRD)
-    metadata = crd.setdefault("metadata", {})
-    metadata["labels"] = {**(metadata.get("labels") or {}), "operator.kyma-project.io/managed-by": "kyma"}
-    return stamped(crd)
+    """The Kyma CRD the runtime needs to store its Kyma (the control plane installs it, as upstream),
+    with our own schema, so the runtime's API server validates users' edits (``.kyma_crd``)."""
+    return stamped(_unstamped_crd())
 
 
 def ensure_crd(ctx: ReconcileContext) -> None:
