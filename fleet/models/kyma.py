@@ -115,7 +115,11 @@ class Kyma(NamespacedResourceModel):
     )
     last_operation = models.JSONField(default=dict, blank=True)
     observed_generation = models.BigIntegerField(default=0)
-    module_status = models.JSONField(default=list, blank=True)
+    module_status = models.JSONField(default=list, blank=True)  # upstream's status.modules, as shown
+    # The module CRs this control plane deletes when their module leaves the spec or the Kyma goes:
+    # {module name: {apiVersion, kind, name, namespace}}, those under policy CreateAndDelete at the
+    # last reconcile. Kept apart because upstream's status.modules has no place for the policy.
+    owned_module_resources = models.JSONField(default=dict, blank=True, editable=False)
     active_channel = models.CharField(max_length=32, blank=True)
 
     # Scheduling of reconciles (see fleet.queue.requests).

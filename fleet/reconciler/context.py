@@ -27,6 +27,9 @@ class LeaseLost(Exception):
 
 @dataclass
 class ModuleOutcome:
+    """One module after this reconcile. ``resource`` locates its CR ({apiVersion, kind, name,
+    namespace}); ``generation`` is the CR's as read (0 when it does not exist)."""
+
     name: str
     state: str
     channel: str = ""
@@ -34,16 +37,31 @@ class ModuleOutcome:
     message: str = ""
     resource: dict[str, Any] | None = None
     policy: str = ""
+    generation: int = 0
 
     def status(self) -> dict[str, Any]:
+        """The entry of upstream's ``status.modules`` (its CRD's fields only)."""
         entry: dict[str, Any] = {"name": self.name, "state": self.state}
         for key in ("channel", "version", "message"):
             if getattr(self, key):
                 entry[key] = getattr(self, key)
         if self.resource:
-            entry["resource"] = self.resource
-            entry["customResourcePolicy"] = self.policy or "CreateAndDelete"
+            metadata: dict[str, Any] = {"name": self.resource["name"]}
+            if self.resource.get("namespace"):
+                metadata["namespace"] = self.resource["namespace"]
+            if self.generation:
+                metadata["generation"] = self.generation
+            entry["resource"] = {
+                "apiVersion": self.resource["apiVersion"],
+                "kind": self.resource["kind"],
+                "metadata": metadata,
+            }
         return entry
+
+    @property
+    def owns_resource(self) -> bool:
+        """Whether the control plane deletes this module's CR when the module (or the Kyma) goes."""
+        return bool(self.resource) and (self.policy or "CreateAndDelete") == "CreateAndDelete"
 
 
 @dataclass

@@ -16,14 +16,14 @@ from pki.models import Certificate
 
 from . import modules, runtime_kyma, sync_resources, watcher_resources
 from .context import FALSE, ReconcileContext
-from .status import FINALIZER, Outcome, finish
+from .status import Outcome, finish, without_finalizer
 
 log = logging.getLogger(__name__)
 
 
 def run(ctx: ReconcileContext) -> Outcome:
     kyma = ctx.kyma
-    if FINALIZER in kyma.finalizers:
+    if without_finalizer(kyma.finalizers) != kyma.finalizers:
         if not kyma.kubeconfig:
             ctx.condition("Runtime", FALSE, "NoKubeconfig", "cannot clean up the runtime: no kubeconfig")
             ctx.fatal = "cannot clean up the runtime: no kubeconfig"
@@ -36,7 +36,7 @@ def run(ctx: ReconcileContext) -> Outcome:
             ctx.condition("Runtime", FALSE, "CleanupFailed", exc.message)
             ctx.fatal = f"cleanup of the runtime failed: {exc.message}"
             return finish(ctx)
-        kyma.finalizers = [f for f in kyma.finalizers if f != FINALIZER]
+        kyma.finalizers = without_finalizer(kyma.finalizers)
         Kyma.objects.filter(pk=kyma.pk).update(finalizers=kyma.finalizers)
     writes = ctx.client.counts.writes if ctx.client is not None else 0
     if not kyma.finalizers:

@@ -21,7 +21,7 @@ from fleet.models import Kyma
 
 from . import deletion, modules, pause, runtime_kyma, sync_resources, watcher_heartbeat, watcher_resources
 from .context import FALSE, TRUE, ReconcileContext
-from .status import FINALIZER, Outcome, finish
+from .status import Outcome, finish, with_finalizer
 
 # Published by its stable name: the task module sits above the reconciler.
 NOTIFY_TASK = "controlplane.notify_module_managers"
@@ -31,9 +31,10 @@ log = logging.getLogger(__name__)
 
 def _runtime_steps(ctx: ReconcileContext) -> None:
     kyma = ctx.kyma
-    if FINALIZER not in kyma.finalizers:
+    finalizers = with_finalizer(kyma.finalizers)
+    if finalizers != kyma.finalizers:
         # Before the first write into the runtime: deleting the Kyma must clean it up.
-        kyma.finalizers = [*kyma.finalizers, FINALIZER]
+        kyma.finalizers = finalizers
         Kyma.objects.filter(pk=kyma.pk).update(finalizers=kyma.finalizers)
     runtime_kyma.ensure_crd(ctx)
     live = runtime_kyma.sync(ctx)

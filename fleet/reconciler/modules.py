@@ -157,20 +157,31 @@ def _one(
     if was_changed:
         changed.append(config.pk)
     state, message = _state_of(config, live)
-    return ModuleOutcome(module.name, state, channel, version, message, _tracking(doc))
+    return ModuleOutcome(
+        module.name,
+        state,
+        channel,
+        version,
+        message,
+        _tracking(doc),
+        generation=live_meta.get("generation", 0),
+    )
+
+
+def owned_resources(ctx: ReconcileContext) -> dict[str, dict[str, Any]]:
+    """The module CRs to delete when their module (or the Kyma) goes, after this reconcile."""
+    return {m.name: m.resource for m in ctx.modules if m.owns_resource}
+
+
+def _delete(ctx: ReconcileContext, resource: dict[str, Any]) -> None:
+    ctx.client.delete(resource["apiVersion"], resource["kind"], resource["name"], resource.get("namespace"))
 
 
 def _remove_dropped(ctx: ReconcileContext, enabled: set[str], configs: dict[int, ModuleConfig]) -> None:
     """Modules no longer in the spec: delete the CRs the control plane created, drop their configs."""
-    for entry in ctx.kyma.module_status:
-        if entry.get("name") in enabled or not entry.get("resource"):
-            continue
-        resource = entry["resource"]
-        policy = entry.get("customResourcePolicy", "CreateAndDelete")
-        if policy == "CreateAndDelete":
-            ctx.client.delete(
-                resource["apiVersion"], resource["kind"], resource["name"], resource.get("namespace")
-            )
+    for name, resource in ctx.kyma.owned_module_resources.items():
+        if name not in enabled:
+            _delete(ctx, resource)
     dropped = [c.pk for c in configs.values() if c.module.name not in enabled]
     if dropped:
         ModuleConfig.objects.filter(pk__in=dropped).delete()
@@ -178,9 +189,5 @@ def _remove_dropped(ctx: ReconcileContext, enabled: set[str], configs: dict[int,
 
 def remove_all(ctx: ReconcileContext) -> None:
     """On Kyma deletion: delete the module CRs the control plane created."""
-    for entry in ctx.kyma.module_status:
-        resource = entry.get("resource")
-        if resource and entry.get("customResourcePolicy", "CreateAndDelete") == "CreateAndDelete":
-            ctx.client.delete(
-                resource["apiVersion"], resource["kind"], resource["name"], resource.get("namespace")
-            )
+    for resource in ctx.kyma.owned_module_resources.values():
+        _delete(ctx, resource)

@@ -19,41 +19,19 @@ from kernel.errors import ValidationFailed
 
 from .apply import apply_if_changed
 from .context import ReconcileContext
+from .kyma_crd import CRD_NAME as CRD_NAME
+from .kyma_crd import kyma_crd as _unstamped_crd
 
 NAMESPACE = "kyma-system"
 NAME = "default"
 API_VERSION = "operator.kyma-project.io/v1beta2"
-CRD_NAME = "kymas.operator.kyma-project.io"
 LABELS = {"operator.kyma-project.io/watched-by": "kyma", "operator.kyma-project.io/managed-by": "kyma"}
 
 
 def kyma_crd() -> dict[str, Any]:
-    """The Kyma CRD the runtime needs to store its Kyma (the control plane installs it, as upstream)."""
-    crd = {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": CRD_NAME, "labels": {"operator.kyma-project.io/managed-by": "kyma"}},
-        "spec": {
-            "group": "operator.kyma-project.io",
-            "names": {"kind": "Kyma", "listKind": "KymaList", "plural": "kymas", "singular": "kyma"},
-            "scope": "Namespaced",
-            "versions": [
-                {
-                    "name": "v1beta2",
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "x-kubernetes-preserve-unknown-fields": True,
-                        }
-                    },
-                }
-            ],
-        },
-    }
-    return stamped(crd)
+    """The Kyma CRD the runtime needs to store its Kyma (the control plane installs it, as upstream),
+    with our own schema, so the runtime's API server validates users' edits (``.kyma_crd``)."""
+    return stamped(_unstamped_crd())
 
 
 def ensure_crd(ctx: ReconcileContext) -> None:

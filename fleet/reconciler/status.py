@@ -12,12 +12,32 @@ from fleet.k8s.client import RuntimeAPIError
 from fleet.models import Kyma, KymaState
 from kernel.timefmt import rfc3339
 
-from . import runtime_kyma
+from . import modules, runtime_kyma
 from .context import ReconcileContext, comparable, derive_state, merged_conditions
 
 log = logging.getLogger(__name__)
 
-FINALIZER = "operator.kyma-project.io/kyma"
+# Upstream's finalizer (capital K), so a Kyma moves between upstream and us as it is. Ours before was
+# the lower-case one: a Kyma still carrying it gets upstream's in its place, and deletion honours both.
+FINALIZER = "operator.kyma-project.io/Kyma"
+LEGACY_FINALIZERS = frozenset({"operator.kyma-project.io/kyma"})
+OUR_FINALIZERS = LEGACY_FINALIZERS | {FINALIZER}
+
+
+def with_finalizer(finalizers: list[str]) -> list[str]:
+    """``finalizers`` with exactly one of ours, upstream's, where the first of ours was (else last)."""
+    result: list[str] = []
+    for name in finalizers:
+        if name not in OUR_FINALIZERS:
+            result.append(name)
+        elif FINALIZER not in result:
+            result.append(FINALIZER)
+    return result if FINALIZER in result else [*result, FINALIZER]
+
+
+def without_finalizer(finalizers: list[str]) -> list[str]:
+    """``finalizers`` with none of ours (upstream's or the legacy one)."""
+    return [name for name in finalizers if name not in OUR_FINALIZERS]
 
 
 @dataclass(frozen=True)
@@ -58,6 +78,7 @@ def finish(ctx: ReconcileContext) -> Outcome:
     # When the runtime could not be read, what was known about its modules stays as it was.
     reached = bool(ctx.modules) or not ctx.fatal
     module_status = [m.status() for m in ctx.modules] if reached else kyma.module_status
+    owned = modules.owned_resources(ctx) if reached else kyma.owned_module_resources
     if ctx.remote_kyma is not None:
         try:
             runtime_kyma.mirror_status(ctx, ctx.remote_kyma, _status_for_runtime(state, ctx))
@@ -67,6 +88,7 @@ def finish(ctx: ReconcileContext) -> Outcome:
         state != kyma.state
         or comparable(conditions) != comparable(kyma.conditions)
         or module_status != kyma.module_status
+        or owned != kyma.owned_module_resources
         or kyma.observed_generation != kyma.generation
         or kyma.active_channel != kyma.channel
     )
@@ -86,6 +108,7 @@ def finish(ctx: ReconcileContext) -> Outcome:
             state=state,
             conditions=conditions,
             module_status=module_status,
+            owned_module_resources=owned,
             observed_generation=kyma.generation,
             active_channel=kyma.channel,
             last_operation={

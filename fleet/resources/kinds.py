@@ -90,7 +90,6 @@ class KymaKind(ResourceKind):
             status["modules"] = kyma.module_status
         if kyma.active_channel:
             status["activeChannel"] = kyma.active_channel
-        status["observedGeneration"] = kyma.observed_generation
         return {
             **self.header(),
             "metadata": self.metadata(

@@ -148,7 +148,7 @@ def test_given_the_reconcile_url_when_misused_then_clear_refusals(admin_client, 
 
 
 def test_given_kyma_with_finalizer_when_deleted_in_admin_then_it_stays_deleting(admin_client):
-    kyma = KymaFactory(finalizers=["operator.kyma-project.io/kyma"])
+    kyma = KymaFactory(finalizers=["operator.kyma-project.io/Kyma"])
     admin_client.post(reverse("admin:controlplane_kyma_delete", args=[kyma.pk]), {"post": "yes"})
     kyma.refresh_from_db()
     assert kyma.state == "Deleting"

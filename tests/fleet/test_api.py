@@ -123,7 +123,7 @@ class TestKymaCrud:
         assert not Kyma.objects.exists()
 
     def test_given_kyma_with_finalizer_when_deleted_then_202_and_deleting(self, api):
-        kyma = KymaFactory(finalizers=["operator.kyma-project.io/kyma"])
+        kyma = KymaFactory(finalizers=["operator.kyma-project.io/Kyma"])
         response = api.delete(f"/api/v1/kymas/{kyma.uid}/")
         assert response.status_code == 202
         assert response.json()["status"]["state"] == "Deleting"

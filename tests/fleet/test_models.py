@@ -146,7 +146,7 @@ class TestKymaRules:
 
     def test_given_kyma_with_finalizer_when_deleted_then_it_stays_deleting_and_refuses_changes(self):
         kyma, _ = apply_kyma()
-        Kyma.objects.filter(pk=kyma.pk).update(finalizers=["operator.kyma-project.io/kyma"])
+        Kyma.objects.filter(pk=kyma.pk).update(finalizers=["operator.kyma-project.io/Kyma"])
         kyma.refresh_from_db()
         assert kymas.kyma_delete(kyma=kyma) is False
         kyma.refresh_from_db()

@@ -52,7 +52,7 @@ class TestFirstReconcile:
         assert remote["spec"]["modules"][0]["name"] == "keda"
         assert runtime.get_object("Keda", "default", "kyma-system")["spec"] == {"replicas": 1}
         assert ModuleConfig.objects.get(kyma=kyma).spec == {"replicas": 1}
-        assert "operator.kyma-project.io/kyma" in kyma.finalizers
+        assert "operator.kyma-project.io/Kyma" in kyma.finalizers
 
     def test_given_a_new_kyma_when_reconciled_then_the_watcher_resources_match_the_contract(self, runtimes):
         runtime = runtimes()
