@@ -20,12 +20,13 @@ log = logging.getLogger(__name__)
 
 
 @shared_task(name="controlplane.kyma_reconcile", bind=True, acks_late=True, max_retries=None)
-def kyma_reconcile(self: Task, kyma_id: int) -> None:
-    """Reconcile one Kyma. Retries shortly when another worker holds its lease or the Kyma was
-    reconciled moments ago (``RECONCILE_MIN_SPACING``), and with backoff while the database is
-    unavailable (runtime errors are outcomes, rescheduled by state)."""
+def kyma_reconcile(self: Task, kyma_id: int, reason: str = "") -> None:
+    """Reconcile one Kyma (``reason``: why it was requested, for the log). Retries shortly when
+    another worker holds its lease or the Kyma was reconciled moments ago
+    (``RECONCILE_MIN_SPACING``), and with backoff while the database is unavailable (runtime
+    errors are outcomes, rescheduled by state)."""
     try:
-        kyma_reconcile_run(kyma_id, min_spacing=settings.RECONCILE_MIN_SPACING)
+        kyma_reconcile_run(kyma_id, min_spacing=settings.RECONCILE_MIN_SPACING, reason=reason)
     except queue.RetryLater as later:
         raise self.retry(countdown=later.retry_after) from None
     except OperationalError as exc:
@@ -38,6 +39,8 @@ def reconcile_due() -> int:
     queued = 0
     for batch in selectors.kyma_ids_due(limit=settings.RECONCILE_SWEEP_LIMIT):
         queued += len(queue.request(batch, reason="periodic"))
+    # Every few seconds: worth a line only when it queued something.
+    log.log(logging.INFO if queued else logging.DEBUG, "periodic sweep: %d reconcile(s) queued", queued)
     return queued
 
 
@@ -48,6 +51,7 @@ def watcher_silence_check() -> int:
     queued = 0
     for batch in selectors.kyma_ids_watcher_silent(limit=settings.RECONCILE_SWEEP_LIMIT):
         queued += len(queue.request(batch, reason="watcher-silent"))
+    log.log(logging.INFO if queued else logging.DEBUG, "silent-watcher sweep: %d reconcile(s) queued", queued)
     return queued
 
 

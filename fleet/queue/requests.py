@@ -39,12 +39,20 @@ log = logging.getLogger(__name__)
 RECONCILE_TASK = "controlplane.kyma_reconcile"
 
 
-def _publish(kyma_ids: Sequence[int], countdown: float) -> None:
-    """Publish the reconcile tasks by their stable name (the task module sits above this one)."""
+def _publish(kyma_ids: Sequence[int], countdown: float, reason: str) -> None:
+    """Publish the reconcile tasks by their stable name (the task module sits above this one);
+    the reason travels with the task, for its log line."""
     options = {"countdown": countdown} if countdown > 0 else {}
     with current_app.producer_or_acquire() as producer:
         for kyma_id in kyma_ids:
-            current_app.send_task(RECONCILE_TASK, args=[kyma_id], producer=producer, retry=True, **options)
+            current_app.send_task(
+                RECONCILE_TASK,
+                args=[kyma_id],
+                kwargs={"reason": reason},
+                producer=producer,
+                retry=True,
+                **options,
+            )
 
 
 def _publish_failed(kyma_ids: list[int], eta: dt.datetime) -> None:
@@ -91,7 +99,7 @@ def _request(kyma_ids: list[int], reason: str, countdown: float) -> list[int]:
     if not claimed:
         return []
     try:
-        _publish(claimed, countdown)
+        _publish(claimed, countdown, reason)
     except (KombuOperationalError, OSError) as exc:
         _publish_failed(claimed, eta)
         raise QueueUnavailable(f"the task queue is unavailable: {exc}") from exc
@@ -100,7 +108,7 @@ def _request(kyma_ids: list[int], reason: str, countdown: float) -> list[int]:
 
 
 def kyma_reconcile_request_one(
-    kyma_id: int, *, countdown: float, margin: float = 0.0
+    kyma_id: int, *, countdown: float, margin: float = 0.0, reason: str = "watch-event"
 ) -> tuple[bool, dt.datetime]:
     """The hot path of one WatchEvent: one round trip when a task is already queued.
 
@@ -119,7 +127,7 @@ def kyma_reconcile_request_one(
     if marked is not None:
         return False, marked
     try:
-        _publish([kyma_id], countdown)
+        _publish([kyma_id], countdown, reason)
     except (KombuOperationalError, OSError) as exc:
         _publish_failed([kyma_id], eta)
         raise QueueUnavailable(f"the task queue is unavailable: {exc}") from exc

@@ -16,8 +16,12 @@ from fleet.reconciler.context import LeaseLost
 log = logging.getLogger(__name__)
 
 
-def kyma_reconcile_run(kyma_id: int, *, min_spacing: float = 0.0) -> None:
+def kyma_reconcile_run(kyma_id: int, *, min_spacing: float = 0.0, reason: str = "") -> None:
     """Entry point of the reconcile task; returns quietly when the Kyma is gone.
+
+    Each reconcile that ran logs one INFO line: the Kyma, its outcome state, the duration, why it
+    was requested (``reason``: of the request that queued the task; later ones coalesced into it)
+    and the outcome's message.
 
     With ``min_spacing``, a Kyma whose last reconcile started less than that many seconds ago is
     deferred (:class:`TooSoon`): a runtime that keeps changing gets at most one reconcile per
@@ -45,7 +49,7 @@ def kyma_reconcile_run(kyma_id: int, *, min_spacing: float = 0.0) -> None:
     if hold > 0:
         time.sleep(queue.hold_for(not_before))
     started_at, started = timezone.now(), time.perf_counter()
-    outcome = None
+    outcome, kyma = None, None
     try:
         kyma = Kyma.objects.filter(pk=kyma_id).first()
         if kyma is not None:
@@ -55,11 +59,24 @@ def kyma_reconcile_run(kyma_id: int, *, min_spacing: float = 0.0) -> None:
         return
     finally:
         queue.lease_release(kyma_id)
-    if outcome is not None and Kyma.objects.filter(pk=kyma_id).exists():
+    if outcome is None or kyma is None:
+        return
+    duration_ms = round((time.perf_counter() - started) * 1000)
+    log.info(
+        "reconciled %s/%s: %s in %d ms (requested: %s; %d runtime write(s))%s",
+        kyma.namespace,
+        kyma.name,
+        outcome.state,
+        duration_ms,
+        reason or "unknown",
+        outcome.runtime_writes,
+        f": {outcome.message}" if outcome.message else "",
+    )
+    if Kyma.objects.filter(pk=kyma_id).exists():
         ReconcileRecord.objects.create(
             kyma_id=kyma_id,
             started_at=started_at,
-            duration_ms=round((time.perf_counter() - started) * 1000),
+            duration_ms=duration_ms,
             state=outcome.state,
             runtime_writes=outcome.runtime_writes,
             message=outcome.message[:2000],

@@ -59,6 +59,28 @@ class KymaKind(ResourceKind):
             {"channel": CHANNEL_SCHEMA, "modules": MODULES_SCHEMA, "skipMaintenanceWindows": schema.BOOLEAN}
         )
 
+    def warnings(self, doc: dict[str, Any]) -> list[str]:
+        """A channel no module offers, or a module the catalog lacks, is accepted (the catalog
+        may come later) but almost always a typo: say so."""
+        spec = doc.get("spec") or {}
+        catalog = {module.name: module.channels for module in Module.objects.only("name", "channels")}
+        offered = {channel for channels in catalog.values() for channel in channels}
+        found = []
+        channel = spec.get("channel")
+        if channel and channel not in offered:
+            found.append(
+                f"no module offers channel {channel!r} (offered: {', '.join(sorted(offered)) or 'none'})"
+            )
+        for entry in spec.get("modules") or []:
+            name = entry.get("name")
+            if name not in catalog:
+                found.append(
+                    f"module {name!r} is not in the catalog (known: {', '.join(sorted(catalog)) or 'none'})"
+                )
+            elif entry.get("channel") and entry["channel"] not in catalog[name]:
+                found.append(f"module {name!r} has no channel {entry['channel']!r}")
+        return found
+
     def _apply(self, doc: dict[str, Any]) -> tuple[Kyma, bool]:
         namespace, name = self.identity(doc)
         metadata, spec = doc["metadata"], doc.get("spec") or {}

@@ -59,6 +59,10 @@ class ResourceKind:
     def to_document(self, obj: Any) -> dict[str, Any]:
         raise NotImplementedError
 
+    def warnings(self, doc: dict[str, Any]) -> list[str]:
+        """What is valid but probably a mistake (a channel no module offers): told, not refused."""
+        return []
+
     # --- shared behaviour ----------------------------------------------------------------------
 
     @functools.cached_property
@@ -92,7 +96,7 @@ class ResourceKind:
             outcome = "unchanged"
         else:
             outcome = "configured"
-        return ApplyResult(kind=self, obj=obj, outcome=outcome)
+        return ApplyResult(kind=self, obj=obj, outcome=outcome, warnings=tuple(self.warnings(doc)))
 
     def identity(self, doc: dict[str, Any]) -> tuple[str, str]:
         metadata = doc["metadata"]
@@ -158,11 +162,16 @@ class ApplyResult:
     kind: ResourceKind
     obj: Any
     outcome: str  # created | configured | unchanged
+    warnings: tuple[str, ...] = ()
 
-    def describe(self) -> str:
+    @property
+    def qualified_name(self) -> str:
         group = self.kind.api_version.rpartition("/")[0]
         qualified = f"{self.kind.kind.lower()}.{group}" if group else self.kind.kind.lower()
-        return f"{qualified}/{self.obj.name} {self.outcome}"
+        return f"{qualified}/{self.obj.name}"
+
+    def describe(self) -> str:
+        return f"{self.qualified_name} {self.outcome}"
 
 
 def _age(value: Any) -> str:
@@ -201,6 +210,18 @@ def for_document(doc: Any) -> ResourceKind:
         raise ValidationFailed("a document must be an object", errors=[("", "a document must be an object")])
     api_version, kind = doc.get("apiVersion"), doc.get("kind")
     found = _KINDS.get((api_version, kind))
+    same_kind = [k.api_version for k in _KINDS.values() if k.kind == kind and k.appliable]
+    if found is None and not kind:
+        reason = "kind is missing (Kyma, Watcher, Module, SyncResource or Secret)"
+        raise ValidationFailed(reason, errors=[("kind", reason)])
+    if found is None and same_kind:
+        wanted = " or ".join(same_kind)
+        reason = (
+            f"apiVersion is missing: a {kind} needs apiVersion: {wanted}"
+            if not api_version
+            else f"unsupported apiVersion {api_version!r} for a {kind}; use {wanted}"
+        )
+        raise ValidationFailed(reason, errors=[("apiVersion", reason)])
     if found is None:
         known = ", ".join(f"{k.api_version} {k.kind}" for k in _KINDS.values() if k.appliable)
         reason = f"unsupported apiVersion/kind {api_version!r}/{kind!r}; supported: {known}"
@@ -274,8 +295,8 @@ def apply_documents(docs: Iterable[Any]) -> list[ApplyResult]:
             planned.append((number, kind, doc))
         except ApplicationError as exc:
             failures.append((number, _label(doc), exc))
-    if failures:
-        raise DocumentsInvalid(failures)
+    # Documents that failed their checks are not applied, but the others still are (and rolled
+    # back), so one run reports every problem of every document.
     planned.sort(key=lambda item: (item[1].apply_order, item[0]))
     results: dict[int, ApplyResult] = {}
     with transaction.atomic():
@@ -287,5 +308,5 @@ def apply_documents(docs: Iterable[Any]) -> list[ApplyResult]:
         if failures:
             transaction.set_rollback(True)
     if failures:
-        raise DocumentsInvalid(failures)
+        raise DocumentsInvalid(sorted(failures, key=lambda failure: failure[0]))
     return [results[number] for number in sorted(results)]

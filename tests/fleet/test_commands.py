@@ -85,7 +85,7 @@ def test_given_no_admin_when_ensureadmin_then_created_once(monkeypatch):
     monkeypatch.setenv("DJANGO_SUPERUSER_USERNAME", "boss")
     monkeypatch.delenv("DJANGO_SUPERUSER_PASSWORD", raising=False)
     first = run("ensureadmin")
-    assert "Created administrator 'boss' with password:" in first
+    assert "Created administrator 'boss'" in first and "password: " in first
     password = first.split("password: ")[1].split()[0]
     assert get_user_model().objects.get(username="boss").check_password(password)
     assert "exists" in run("ensureadmin")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -19,6 +20,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from controlplane.management.commands.demo import MISSING
+from kernel.adminpassword import admin_password_reminder
 
 COLOURS = ["\033[36m", "\033[35m", "\033[33m", "\033[32m", "\033[34m", "\033[31m"]
 RESET = "\033[0m"
@@ -103,6 +105,22 @@ class Supervisor:
                 os.killpg(proc.pid, signal.SIGKILL)
 
 
+def remind_when_serving(supervisor: Supervisor, text: str, timeout: float = 60) -> None:
+    """Print ``text`` once the web role accepts connections (the end of start-up), below the
+    roles' banners rather than among them; after ``timeout`` seconds, print it anyway."""
+    host, _, port = settings.WEB_BIND.rpartition(":")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((host or "127.0.0.1", int(port)), timeout=0.5).close()
+            break
+        except OSError:
+            time.sleep(0.2)
+    with supervisor.lock:
+        supervisor.out.write(text + "\n")
+        supervisor.out.flush()
+
+
 class Command(BaseCommand):
     help = "Run web, listener, worker and beat (and simulated runtimes) together in the foreground."
 
@@ -130,6 +148,9 @@ class Command(BaseCommand):
         )
         self.stdout.write("Press Ctrl-C to stop everything.\n")
         supervisor.start()
+        reminder = admin_password_reminder()
+        if reminder:
+            threading.Thread(target=remind_when_serving, args=(supervisor, reminder), daemon=True).start()
         exited = supervisor.wait()
         if exited:
             self.stderr.write(

@@ -5,9 +5,10 @@ kubeconfig. The worker reconciles it like any runtime: it deploys the runtime wa
 loopback kubelet runs as a real ``python -m watchers.runtime`` process, so a change inside a
 runtime travels webhook → watcher → listener (mutual TLS) → broker → worker as in production.
 
-While it runs, a simulated module manager reports every module Ready, and a simulated user edits
-one runtime's Kyma every ``--edit-every`` seconds (switching its channel), so events keep flowing.
-Edit a runtime yourself with ``manage.py runtime_edit demo-1 --channel fast``. The emulated
+While it runs, a simulated module manager reports every module Ready. A simulated user that edits
+one runtime's Kyma every ``--edit-every`` seconds (switching its channel) is off by default: it
+would race the edits a person makes (``runtime_edit`` would find its own change undone, or
+already made). Edit a runtime yourself with ``manage.py runtime_edit demo-1 --channel fast``. The emulated
 runtimes live in this process: after a restart they are new and empty, and the demo Kymas get new
 kubeconfigs (which reconciles them into the new runtimes).
 """
@@ -106,7 +107,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--runtimes", type=int, default=3, help="how many runtimes (1-50)")
         parser.add_argument(
-            "--edit-every", type=float, default=30, help="seconds between simulated user edits (0: none)"
+            "--edit-every",
+            type=float,
+            default=0,
+            help="seconds between edits by a simulated user (default 0: none, so it never races "
+            "your own runtime_edit)",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:

@@ -60,3 +60,5 @@ class Command(BaseCommand):
             raise CommandError("\n".join([head, *exc.lines()])) from exc
         for result in results:
             self.stdout.write(result.describe())
+            for warning in result.warnings:
+                self.stderr.write(f"Warning: {result.qualified_name}: {warning}")

@@ -9,11 +9,14 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
+from kernel.adminpassword import admin_password_write, box
+
 
 class Command(BaseCommand):
     help = (
         "Create a superuser if none exists: DJANGO_SUPERUSER_USERNAME (default admin) and "
-        "DJANGO_SUPERUSER_PASSWORD (default: random, printed once)."
+        "DJANGO_SUPERUSER_PASSWORD (default: random, printed in a box and written to "
+        "STATE_DIR/admin-password, mode 0600)."
     )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -28,6 +31,13 @@ class Command(BaseCommand):
         users.objects.create_superuser(
             username=username, email=os.environ.get("DJANGO_SUPERUSER_EMAIL", ""), password=password
         )
-        shown = "from DJANGO_SUPERUSER_PASSWORD" if os.environ.get("DJANGO_SUPERUSER_PASSWORD") else password
-        self.stdout.write(self.style.SUCCESS(f"Created administrator {username!r} with password: {shown}"))
-        self.stdout.write("This password is shown only once.")
+        if os.environ.get("DJANGO_SUPERUSER_PASSWORD"):
+            self.stdout.write(
+                self.style.SUCCESS(
+                    f"Created administrator {username!r} with the password from DJANGO_SUPERUSER_PASSWORD"
+                )
+            )
+            return
+        path = admin_password_write(password)
+        lines = [f"Created administrator {username!r}", f"password: {password}", f"(also in {path})"]
+        self.stdout.write(self.style.SUCCESS(box(lines)))
