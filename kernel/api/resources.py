@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import status, viewsets
+from rest_framework import serializers, status, viewsets
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -45,6 +45,23 @@ def _list_schema(doc_schema: dict) -> dict:
     }
 
 
+class DocumentSerializer(serializers.Serializer):
+    """Only for the browsable API's raw-data form: the document of ``instance`` (or a skeleton
+    of a new one) as the form's initial content. Reads and writes never go through it: the kind
+    validates and renders documents itself."""
+
+    def to_representation(self, instance: Any) -> dict[str, Any]:
+        return self.context["view"].document(instance)
+
+    def get_initial(self) -> dict[str, Any]:
+        view = self.context["view"]
+        if view.action not in ("list", "create"):
+            return {}  # an action's own body (a kubeconfig, a status), not a document
+        kind: ResourceKind = view.kind
+        metadata = {"name": "", "namespace": kind.default_namespace} if kind.namespaced else {"name": ""}
+        return {**kind.header(), "metadata": metadata, "spec": {}}
+
+
 class ResourceReadViewSet(viewsets.GenericViewSet):
     """List and read documents of one kind."""
 
@@ -56,6 +73,21 @@ class ResourceReadViewSet(viewsets.GenericViewSet):
 
     def get_queryset(self) -> QuerySet:
         return self.kind.queryset().order_by(*self.ordering)
+
+    def get_serializer_class(self) -> type[serializers.Serializer]:
+        return DocumentSerializer
+
+    def get_serializer(self, *args: Any, **kwargs: Any) -> serializers.Serializer:
+        """The browsable API's PUT form starts from the object's current document."""
+        document_form = self.action in ("retrieve", "update", "destroy")
+        if (
+            document_form
+            and not args
+            and kwargs.get("instance") is None
+            and self.lookup_url_kwarg in self.kwargs
+        ):
+            kwargs["instance"] = self.get_object()
+        return super().get_serializer(*args, **kwargs)
 
     def document(self, obj: Any) -> dict[str, Any]:
         return self.kind.to_document(obj)

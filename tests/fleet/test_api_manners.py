@@ -1,0 +1,85 @@
+"""The API's manners: the browsable API renders, unknown URLs answer JSON 404, objects are
+reachable by namespace/name, ``Bearer`` tokens work."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleet.services import modules
+from tests.factories import KymaFactory, ModuleFactory, SyncResourceFactory, WatcherFactory
+
+pytestmark = pytest.mark.django_db
+
+HTML = "text/html"
+
+
+@pytest.fixture
+def browser(client, admin_user):
+    """A Django test client logged in as the administrator (a session, like a browser)."""
+    client.force_login(admin_user)
+    return client
+
+
+@pytest.fixture
+def objects() -> dict[str, object]:
+    kyma = KymaFactory(name="demo-1", namespace="kcp-system")
+    module = ModuleFactory(name="serverless")
+    config, _ = modules.moduleconfig_upsert(
+        kyma=kyma, module=module, spec={}, source_generation=1, source_resource_version="1"
+    )
+    return {
+        "kymas": kyma,
+        "watchers": WatcherFactory(name="kyma-watcher", namespace="kcp-system"),
+        "modules": module,
+        "moduleconfigs": config,
+        "syncresources": SyncResourceFactory(kyma=kyma, module=module, name="settings"),
+    }
+
+
+class TestBrowsableApi:
+    @pytest.mark.parametrize(
+        "plural",
+        [
+            "kymas",
+            "watchers",
+            "modules",
+            "moduleconfigs",
+            "syncresources",
+            "certificates",
+            "certificateauthorities",
+            "events",
+        ],
+    )
+    def test_given_admin_session_when_browsing_a_list_then_html_page(self, browser, objects, plural):
+        response = browser.get(f"/api/v1/{plural}/", HTTP_ACCEPT=HTML)
+        assert response.status_code == 200, response.content[:2000]
+        assert response["Content-Type"].startswith(HTML)
+
+    @pytest.mark.parametrize("plural", ["kymas", "watchers", "modules", "moduleconfigs", "syncresources"])
+    def test_given_admin_session_when_browsing_a_detail_then_html_page_with_the_document(
+        self, browser, objects, plural
+    ):
+        obj = objects[plural]
+        response = browser.get(f"/api/v1/{plural}/{obj.uid}/", HTTP_ACCEPT=HTML)
+        assert response.status_code == 200, response.content[:2000]
+        assert response["Content-Type"].startswith(HTML)
+        assert obj.name in response.content.decode()
+
+    def test_given_admin_session_when_browsing_the_root_and_apply_then_html_pages(self, browser):
+        assert browser.get("/api/v1/", HTTP_ACCEPT=HTML).status_code == 200
+        assert browser.get("/api/v1/apply/", HTTP_ACCEPT=HTML).status_code == 405
+
+    def test_given_admin_session_when_browsing_an_action_then_html_page_without_the_document(
+        self, browser, objects
+    ):
+        kyma, config = objects["kymas"], objects["moduleconfigs"]
+        page = browser.get(f"/api/v1/kymas/{kyma.uid}/kubeconfig/", HTTP_ACCEPT=HTML)
+        assert page.status_code == 200 and '"set": false' in page.content.decode().replace("&quot;", '"')
+        assert kyma.runtime_id not in page.content.decode()
+        assert browser.get(f"/api/v1/moduleconfigs/{config.uid}/status/", HTTP_ACCEPT=HTML).status_code == 405
+
+    def test_given_admin_session_when_browsing_a_list_then_the_form_offers_a_document_skeleton(
+        self, browser, objects
+    ):
+        page = browser.get("/api/v1/kymas/", HTTP_ACCEPT=HTML).content.decode().replace("&quot;", '"')
+        assert '"apiVersion": "operator.kyma-project.io/v1beta2"' in page and '"kind": "Kyma"' in page
