@@ -83,3 +83,36 @@ class TestBrowsableApi:
     ):
         page = browser.get("/api/v1/kymas/", HTTP_ACCEPT=HTML).content.decode().replace("&quot;", '"')
         assert '"apiVersion": "operator.kyma-project.io/v1beta2"' in page and '"kind": "Kyma"' in page
+
+
+class TestUnknownUrls:
+    @pytest.mark.parametrize(
+        "url",
+        [
+            "/api/v1/nothing/",
+            "/api/v1/kymas/demo-1/extra/more/",
+            "/api/v1/kymas/00000000-0000-0000-0000-000000000000/",
+            "/api/v2/kymas/",
+            "/api/",
+        ],
+    )
+    def test_given_unknown_api_url_when_requested_then_json_404(self, api, url):
+        response = api.get(url)
+        assert response.status_code == 404
+        assert response["Content-Type"].startswith("application/json")
+        body = response.json()
+        assert set(body) == {"detail", "errors"} and body["detail"] and body["errors"] == []
+
+    def test_given_unknown_api_url_when_posted_without_credentials_then_json_404(self, client):
+        response = client.post("/api/v1/nothing/", data=b"{}", content_type="application/json")
+        assert response.status_code == 404 and response.json()["errors"] == []
+        assert "/api/v1/nothing/" in response.json()["detail"]
+
+    def test_given_missing_trailing_slash_when_posted_then_404_names_the_right_url(self, api):
+        response = api.post("/api/v1/kymas", data=b"{}", content_type="application/json")
+        assert response.status_code == 404
+        assert "/api/v1/kymas/" in response.json()["detail"]
+
+    def test_given_missing_trailing_slash_when_read_then_redirected_as_before(self, api):
+        response = api.get("/api/v1/kymas?channel=fast")
+        assert response.status_code == 301 and response["Location"] == "/api/v1/kymas/?channel=fast"
