@@ -116,3 +116,63 @@ class TestUnknownUrls:
     def test_given_missing_trailing_slash_when_read_then_redirected_as_before(self, api):
         response = api.get("/api/v1/kymas?channel=fast")
         assert response.status_code == 301 and response["Location"] == "/api/v1/kymas/?channel=fast"
+
+
+class TestNamespaceNameLookup:
+    @pytest.mark.parametrize("plural", ["kymas", "watchers", "moduleconfigs", "syncresources"])
+    def test_given_namespaced_object_when_read_by_namespace_and_name_then_same_document_as_by_uid(
+        self, api, objects, plural
+    ):
+        obj = objects[plural]
+        by_name = api.get(f"/api/v1/{plural}/{obj.namespace}/{obj.name}/")
+        assert by_name.status_code == 200, by_name.json()
+        assert by_name.json() == api.get(f"/api/v1/{plural}/{obj.uid}/").json()
+
+    def test_given_module_when_read_by_name_then_found(self, api, objects):
+        response = api.get("/api/v1/modules/serverless/")
+        assert response.status_code == 200 and response.json()["metadata"]["uid"] == str(
+            objects["modules"].uid
+        )
+
+    @pytest.mark.parametrize(
+        "url",
+        [
+            "/api/v1/kymas/kcp-system/demo-2/",
+            "/api/v1/kymas/other/demo-1/",
+            "/api/v1/kymas/demo-1/",
+            "/api/v1/modules/nothing/",
+            "/api/v1/modules/kcp-system/serverless/",
+            "/api/v1/kymas/------------------------------------/",
+            "/api/v1/modules/------------------------------------/",
+        ],
+    )
+    def test_given_unknown_namespace_or_name_when_read_then_json_404(self, api, objects, url):
+        response = api.get(url)
+        assert response.status_code == 404 and response.json()["errors"] == []
+
+    def test_given_kyma_when_put_by_namespace_and_name_then_updated(self, api, objects):
+        doc = api.get("/api/v1/kymas/kcp-system/demo-1/").json()
+        doc["spec"]["channel"] = "fast"
+        response = api.put("/api/v1/kymas/kcp-system/demo-1/", doc, format="json")
+        assert response.status_code == 200, response.json()
+        assert response.json()["spec"]["channel"] == "fast"
+
+    def test_given_kyma_when_put_by_namespace_and_name_with_another_name_then_400(self, api, objects):
+        doc = api.get("/api/v1/kymas/kcp-system/demo-1/").json()
+        doc["metadata"]["name"] = "demo-2"
+        response = api.put("/api/v1/kymas/kcp-system/demo-1/", doc, format="json")
+        assert response.status_code == 400 and response.json()["errors"][0]["field"] == "metadata.name"
+
+    def test_given_watcher_when_deleted_by_namespace_and_name_then_gone_or_deleting(self, api, objects):
+        response = api.delete("/api/v1/watchers/kcp-system/kyma-watcher/")
+        assert response.status_code in (202, 204)
+
+    def test_given_module_when_deleted_by_name_then_gone(self, api):
+        ModuleFactory(name="keda")
+        assert api.delete("/api/v1/modules/keda/").status_code == 204
+        assert api.get("/api/v1/modules/keda/").status_code == 404
+
+    def test_given_kyma_when_its_actions_are_called_by_namespace_and_name_then_they_work(self, api, objects):
+        assert api.get("/api/v1/kymas/kcp-system/demo-1/kubeconfig/").json() == {"set": False}
+        kyma = objects["kymas"]
+        assert api.get(f"/api/v1/kymas/{kyma.uid}/kubeconfig/").json() == {"set": False}
