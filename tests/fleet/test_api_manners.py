@@ -4,6 +4,7 @@ reachable by namespace/name, ``Bearer`` tokens work."""
 from __future__ import annotations
 
 import pytest
+from rest_framework.authtoken.models import Token
 
 from fleet.services import modules
 from tests.factories import KymaFactory, ModuleFactory, SyncResourceFactory, WatcherFactory
@@ -176,3 +177,18 @@ class TestNamespaceNameLookup:
         assert api.get("/api/v1/kymas/kcp-system/demo-1/kubeconfig/").json() == {"set": False}
         kyma = objects["kymas"]
         assert api.get(f"/api/v1/kymas/{kyma.uid}/kubeconfig/").json() == {"set": False}
+
+
+class TestBearerTokens:
+    def test_given_bearer_token_when_listing_then_200(self, client, admin_user):
+        key = Token.objects.create(user=admin_user).key
+        response = client.get("/api/v1/kymas/", HTTP_AUTHORIZATION=f"Bearer {key}")
+        assert response.status_code == 200, response.json()
+
+    def test_given_bad_bearer_token_when_listing_then_401_invalid_token(self, client):
+        response = client.get("/api/v1/kymas/", HTTP_AUTHORIZATION="Bearer nope")
+        assert response.status_code == 401 and response.json()["detail"] == "Invalid token."
+        assert response["WWW-Authenticate"] == "Token"
+
+    def test_given_token_keyword_when_listing_then_still_200(self, api):
+        assert api.get("/api/v1/kymas/").status_code == 200
