@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.utils import flatten_fieldsets
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest
@@ -59,12 +62,59 @@ class WriteOnlySecretField(forms.CharField):
         super().__init__(required=False, strip=False, widget=widget, **kwargs)
 
 
+VERSION_FIELDS = ("opened_version", "opened_state")
+
+
+def _normalized(value: Any) -> Any:
+    return json.loads(json.dumps(value, cls=DjangoJSONEncoder))
+
+
+class ResourceVersionForm(forms.ModelForm):
+    """A change form that refuses to overwrite a write made since it was opened.
+
+    Hidden fields carry the object's ``resource_version`` and its values when the form was
+    opened; a save against a newer version is refused with the fields that changed meanwhile,
+    instead of silently putting the old values back (a lost update)."""
+
+    opened_version = forms.IntegerField(required=False, widget=forms.HiddenInput)
+    opened_state = forms.CharField(required=False, widget=forms.HiddenInput)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk is not None:
+            self.initial["opened_version"] = self.instance.resource_version
+            self.initial["opened_state"] = json.dumps(self._state(), cls=DjangoJSONEncoder)
+
+    def _state(self) -> dict[str, Any]:
+        model_fields = {f.name for f in self._meta.model._meta.get_fields()}
+        names = [n for n in self.fields if n in model_fields and n not in VERSION_FIELDS]
+        return _normalized({name: self.initial.get(name) for name in names})
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        opened = data.get("opened_version")
+        if self.instance.pk is None or opened is None or opened == self.instance.resource_version:
+            return data
+        try:
+            before = json.loads(data.get("opened_state") or "{}")
+        except ValueError:
+            before = {}
+        now = self._state()
+        changed = [str(self.fields[n].label or n) for n in now if n in before and before[n] != now[n]]
+        which = f" ({', '.join(changed)})" if changed else ""
+        raise forms.ValidationError(
+            f"This object was changed since you opened this form{which}: "
+            "the object has been modified; reload the page to edit the latest version."
+        )
+
+
 class ResourceAdmin(FilterSetAdmin):
     """Base admin: system fields read-only, application errors shown as messages, and deletes
     that go through the two-step service instead of removing rows under a running cleanup."""
 
     show_full_result_count = False
     list_per_page = 50
+    form = ResourceVersionForm
     formfield_overrides = {models.JSONField: {"form_class": BoundedJSONField}}
     # Columns the changelist does not show; deferred there so a page stays cheap at fleet scale.
     changelist_defer: tuple[str, ...] = ()
@@ -75,6 +125,15 @@ class ResourceAdmin(FilterSetAdmin):
         if self.changelist_defer and match is not None and match.url_name.endswith("_changelist"):
             queryset = queryset.defer(*self.changelist_defer)
         return queryset
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list:
+        """The change form always posts the version hidden fields (see ResourceVersionForm)."""
+        fieldsets = list(super().get_fieldsets(request, obj))
+        present = set(flatten_fieldsets(fieldsets))
+        missing = [name for name in VERSION_FIELDS if name not in present]
+        if obj is None or not missing or not issubclass(self.form, ResourceVersionForm):
+            return fieldsets
+        return [*fieldsets, (None, {"fields": missing})]
 
     def delete_service(self, obj: Any) -> bool:
         raise NotImplementedError

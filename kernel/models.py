@@ -32,6 +32,10 @@ class ResourceModel(models.Model):
         default=dict, blank=True, validators=[schema.SchemaValidator(schema.ANNOTATIONS, "annotations")]
     )
     generation = models.PositiveBigIntegerField(default=1, editable=False)
+    # Grows on every write through the services that changes the stored object (spec, labels,
+    # annotations...); documents carry it as ``metadata.resourceVersion`` and a write that names
+    # an older one is refused (optimistic concurrency, like Kubernetes).
+    resource_version = models.PositiveBigIntegerField(default=1, editable=False)
     finalizers = models.JSONField(default=list, blank=True, editable=False)
     deletion_timestamp = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)

@@ -37,14 +37,27 @@ def stored_spec(obj: ResourceModel) -> dict | None:
     return previous.spec_snapshot() if previous is not None else None
 
 
+# Columns that do not make a new version of the object.
+_UNVERSIONED = frozenset({"id", "resource_version", "updated_at", "created_at"})
+
+
+def _stored_differs(obj: ResourceModel) -> bool:
+    names = [f.attname for f in obj._meta.concrete_fields if f.attname not in _UNVERSIONED]
+    stored = type(obj).objects.filter(pk=obj.pk).values(*names).first()
+    return stored is None or any(stored[name] != getattr(obj, name) for name in names)
+
+
 def resource_save(obj: M, *, before: dict | None) -> bool:
-    """Validate and save ``obj``; bump ``generation`` when its spec differs from ``before``.
+    """Validate and save ``obj``; bump ``generation`` when its spec differs from ``before``, and
+    ``resource_version`` when anything stored changes (so a write that changes nothing keeps it).
 
     Returns whether the spec changed (always true for a new object).
     """
     changed = before is None or before != obj.spec_snapshot()
     if before is not None and changed:
         obj.generation += 1
+    if before is not None and _stored_differs(obj):
+        obj.resource_version += 1
     try:
         obj.full_clean()
     except DjangoValidationError as exc:

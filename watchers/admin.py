@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from django import forms
 from django.contrib import admin
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest
 
-from kernel.admin import ResourceAdmin, age, state_badge
+from kernel.admin import ResourceAdmin, ResourceVersionForm, age, state_badge
 from kernel.filtersets import admin_filter
 
 from .filtersets import WatcherFilterSet
@@ -17,7 +16,7 @@ from .models import Watcher
 from .services import watcher_delete, watcher_save
 
 
-class WatcherForm(forms.ModelForm):
+class WatcherForm(ResourceVersionForm):
     class Meta:
         model = Watcher
         fields = (

@@ -13,11 +13,18 @@ from django.utils.html import format_html, format_html_join
 from fleet.filtersets import ModuleConfigFilterSet, ModuleFilterSet, SyncResourceFilterSet
 from fleet.models import Module, ModuleConfig, SyncResource
 from fleet.services import modules as module_services
-from kernel.admin import ResourceAdmin, WriteOnlySecretField, age, secret_state, state_badge
+from kernel.admin import (
+    ResourceAdmin,
+    ResourceVersionForm,
+    WriteOnlySecretField,
+    age,
+    secret_state,
+    state_badge,
+)
 from kernel.filtersets import admin_filter
 
 
-class ModuleForm(forms.ModelForm):
+class ModuleForm(ResourceVersionForm):
     manager_url = forms.URLField(label="Manager URL", required=False, assume_scheme="https")
     notify_secret_new = WriteOnlySecretField(
         textarea=False,
@@ -116,7 +123,7 @@ class ModuleConfigAdmin(ResourceAdmin):
         return True
 
 
-class SyncResourceForm(forms.ModelForm):
+class SyncResourceForm(ResourceVersionForm):
     class Meta:
         model = SyncResource
         fields = (

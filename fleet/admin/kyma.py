@@ -20,7 +20,14 @@ from fleet.k8s.kubeconfig import parse_kubeconfig
 from fleet.models import Kyma
 from fleet.selectors import watcher_silent_after
 from fleet.services import kymas as kyma_services
-from kernel.admin import ResourceAdmin, WriteOnlySecretField, age, secret_state, state_badge
+from kernel.admin import (
+    ResourceAdmin,
+    ResourceVersionForm,
+    WriteOnlySecretField,
+    age,
+    secret_state,
+    state_badge,
+)
 from kernel.errors import ApplicationError
 from kernel.filtersets import admin_filter
 
@@ -29,7 +36,7 @@ from .filters import WatcherFilter
 # Above this many selected Kymas, "Reconcile now" runs as a job with a progress page.
 
 
-class KymaForm(forms.ModelForm):
+class KymaForm(ResourceVersionForm):
     kubeconfig_new = WriteOnlySecretField(
         label="New kubeconfig",
         help_text="Paste to replace the stored kubeconfig. The stored one is encrypted and never shown.",

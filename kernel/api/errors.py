@@ -6,7 +6,8 @@ import logging
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.http import Http404
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponsePermanentRedirect, JsonResponse
+from django.urls import Resolver404, resolve
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -55,3 +56,25 @@ def exception_handler(exc: Exception, context: dict) -> Response | None:
         detail = exc.detail if isinstance(exc, exceptions.APIException) else str(exc)
         response.data = error_body(str(detail))
     return response
+
+
+def api_not_found(request: HttpRequest, path: str = "") -> HttpResponse:
+    """The answer to every URL under ``/api/`` that names no endpoint: the JSON error shape, not
+    Django's HTML page. A missing trailing slash is redirected on reads (as Django's
+    ``APPEND_SLASH`` did) and named in the 404 on writes, whose body a redirect would lose."""
+    slashed = request.path + "/"
+    if not request.path.endswith("/") and _is_endpoint(slashed):
+        if request.method in ("GET", "HEAD"):
+            query = request.META.get("QUERY_STRING", "")
+            return HttpResponsePermanentRedirect(slashed + (f"?{query}" if query else ""))
+        return JsonResponse(
+            error_body(f"no API endpoint at {request.path}; did you mean {slashed}?"), status=404
+        )
+    return JsonResponse(error_body(f"no API endpoint at {request.path}"), status=404)
+
+
+def _is_endpoint(path: str) -> bool:
+    try:
+        return resolve(path).func is not api_not_found
+    except Resolver404:
+        return False

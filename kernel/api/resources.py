@@ -1,17 +1,20 @@
 """A generic viewset for document kinds: list, get, apply (POST/PUT), delete.
 
 Views stay thin: they parse and authorise, then call the kind (which calls the services) and
-render the document. ``{id}`` in URLs is the object's ``metadata.uid``.
+render the document. ``{id}`` in URLs is the object's ``metadata.uid``, or (like kubectl)
+``NAMESPACE/NAME`` of a namespaced object and ``NAME`` of a cluster-scoped one.
 """
 
 from __future__ import annotations
 
+import uuid
 from typing import Any, ClassVar
 
 from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import status, viewsets
+from rest_framework import serializers, status, viewsets
 from rest_framework.exceptions import PermissionDenied
+from rest_framework.generics import get_object_or_404
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -45,17 +48,84 @@ def _list_schema(doc_schema: dict) -> dict:
     }
 
 
+UID = r"[0-9a-fA-F-]{36}"
+# A uid-shaped namespace is not a namespace: ``{uid}/kubeconfig/`` stays the uid's action.
+NAMESPACED_LOOKUP = rf"{UID}|(?!{UID}/)[a-z0-9-]{{1,63}}/[a-z0-9.-]{{1,253}}"
+CLUSTER_LOOKUP = rf"{UID}|[a-z0-9.-]{{1,253}}"
+
+
+def _uuid(value: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        return None
+
+
+class DocumentSerializer(serializers.Serializer):
+    """Only for the browsable API's raw-data form: the document of ``instance`` (or a skeleton
+    of a new one) as the form's initial content. Reads and writes never go through it: the kind
+    validates and renders documents itself."""
+
+    def to_representation(self, instance: Any) -> dict[str, Any]:
+        return self.context["view"].document(instance)
+
+    def get_initial(self) -> dict[str, Any]:
+        view = self.context["view"]
+        if view.action not in ("list", "create"):
+            return {}  # an action's own body (a kubeconfig, a status), not a document
+        kind: ResourceKind = view.kind
+        metadata = {"name": "", "namespace": kind.default_namespace} if kind.namespaced else {"name": ""}
+        return {**kind.header(), "metadata": metadata, "spec": {}}
+
+
 class ResourceReadViewSet(viewsets.GenericViewSet):
     """List and read documents of one kind."""
 
     kind: ClassVar[ResourceKind]
     lookup_field = "uid"
     lookup_url_kwarg = "id"
-    lookup_value_regex = r"[0-9a-fA-F-]{36}"
+    lookup_value_regex = UID
     ordering: ClassVar[tuple[str, ...]] = ("namespace", "name")
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        kind = cls.__dict__.get("kind")
+        if kind is not None:
+            cls.lookup_value_regex = NAMESPACED_LOOKUP if kind.namespaced else CLUSTER_LOOKUP
+
+    def get_object(self) -> Any:
+        """The object named by uid, NAMESPACE/NAME (namespaced kinds) or NAME (cluster-scoped)."""
+        value = self.kwargs[self.lookup_url_kwarg]
+        queryset = self.filter_queryset(self.get_queryset())
+        if "/" in value:
+            namespace, name = value.split("/", 1)
+            obj = get_object_or_404(queryset, namespace=namespace, name=name)
+        elif self.kind.namespaced:
+            obj = get_object_or_404(queryset, uid=value)
+        else:
+            uid = _uuid(value)
+            by_uid = queryset.filter(uid=uid).first() if uid is not None else None
+            obj = by_uid or get_object_or_404(queryset, name=value)
+        self.check_object_permissions(self.request, obj)
+        return obj
 
     def get_queryset(self) -> QuerySet:
         return self.kind.queryset().order_by(*self.ordering)
+
+    def get_serializer_class(self) -> type[serializers.Serializer]:
+        return DocumentSerializer
+
+    def get_serializer(self, *args: Any, **kwargs: Any) -> serializers.Serializer:
+        """The browsable API's PUT form starts from the object's current document."""
+        document_form = self.action in ("retrieve", "update", "destroy")
+        if (
+            document_form
+            and not args
+            and kwargs.get("instance") is None
+            and self.lookup_url_kwarg in self.kwargs
+        ):
+            kwargs["instance"] = self.get_object()
+        return super().get_serializer(*args, **kwargs)
 
     def document(self, obj: Any) -> dict[str, Any]:
         return self.kind.to_document(obj)
@@ -163,4 +233,9 @@ def document_schema(
     }
 
 
-ID_PARAMETER = OpenApiParameter("id", str, OpenApiParameter.PATH, description="metadata.uid of the object")
+ID_PARAMETER = OpenApiParameter(
+    "id",
+    str,
+    OpenApiParameter.PATH,
+    description="metadata.uid of the object, or NAMESPACE/NAME (NAME for a cluster-scoped kind)",
+)

@@ -16,10 +16,12 @@ from typing import Any, ClassVar
 from django.db import models, transaction
 from django.utils import timezone
 
-from kernel.errors import ApplicationError, ValidationFailed, summarize
+from kernel.errors import ApplicationError, Conflict, ValidationFailed, summarize
 from kernel.timefmt import rfc3339
 
 from . import schema
+
+STALE_MESSAGE = "the object has been modified; please apply your changes to the latest version and try again"
 
 METADATA_PATHS = {
     "name": "metadata.name",
@@ -80,15 +82,21 @@ class ResourceKind:
         if problems:
             raise ValidationFailed(summarize(problems), errors=problems)
 
-    def apply(self, doc: Any) -> ApplyResult:
+    def apply(self, doc: Any, *, force: bool = False) -> ApplyResult:
+        """Create or update from ``doc``. A ``metadata.resourceVersion`` other than the stored
+        object's is a conflict (someone wrote it since the document was read) unless ``force``;
+        without one the write is unconditional, like ``kubectl apply``."""
         if not self.appliable:
             raise ApplicationError(self.read_only_reason or f"{self.kind} cannot be applied")
         self.validate(doc)
-        before = self.existing_document(doc)
-        try:
-            obj, created = self._apply(doc)
-        except ValidationFailed as exc:
-            raise exc.remap(self.paths) from exc
+        with transaction.atomic():
+            if not force:
+                self.check_resource_version(doc)
+            before = self.existing_document(doc)
+            try:
+                obj, created = self._apply(doc)
+            except ValidationFailed as exc:
+                raise exc.remap(self.paths) from exc
         after = self.to_document(obj)
         if created:
             outcome = "created"
@@ -97,6 +105,24 @@ class ResourceKind:
         else:
             outcome = "configured"
         return ApplyResult(kind=self, obj=obj, outcome=outcome, warnings=tuple(self.warnings(doc)))
+
+    def check_resource_version(self, doc: dict[str, Any]) -> None:
+        """Lock the stored object (until the transaction ends) and refuse a stale document.
+
+        A version on a document whose object does not exist is ignored, so an exported document
+        can recreate its object (as after a restore)."""
+        wanted = doc["metadata"].get("resourceVersion")
+        if not wanted:
+            return
+        namespace, name = self.identity(doc)
+        stored = self.select(namespace, name).select_for_update().values_list("resource_version", flat=True)
+        current = next(iter(stored), None)
+        if current is not None and str(current) != wanted:
+            key = f"{namespace}/{name}" if self.namespaced else name
+            raise Conflict(
+                f'Operation cannot be fulfilled on {self.plural} "{key}": {STALE_MESSAGE}',
+                errors=[("metadata.resourceVersion", f"is {wanted}, the stored object is at {current}")],
+            )
 
     def identity(self, doc: dict[str, Any]) -> tuple[str, str]:
         metadata = doc["metadata"]
@@ -125,6 +151,7 @@ class ResourceKind:
         if self.namespaced:
             meta["namespace"] = obj.namespace
         meta["uid"] = str(obj.uid)
+        meta["resourceVersion"] = str(obj.resource_version)
         meta["generation"] = obj.generation
         meta["creationTimestamp"] = _timestamp(obj.created_at)
         if obj.deletion_timestamp:
@@ -189,7 +216,9 @@ def _timestamp(value: Any) -> str | None:
 
 def _comparable(doc: dict[str, Any]) -> dict[str, Any]:
     keep = {k: v for k, v in doc.items() if k != "status"}
-    keep["metadata"] = {k: v for k, v in doc.get("metadata", {}).items() if k not in ("generation",)}
+    keep["metadata"] = {
+        k: v for k, v in doc.get("metadata", {}).items() if k not in ("generation", "resourceVersion")
+    }
     return keep
 
 
@@ -255,6 +284,8 @@ class DocumentsInvalid(ApplicationError):
                 (f"documents[{number}]{'.' + path if path else ''}", reason) for path, reason in pairs
             )
         total = len(failures)
+        if all(isinstance(exc, Conflict) for _, _, exc in failures):
+            self.status_code = Conflict.status_code  # only stale versions: retry with fresh ones
         super().__init__(
             f"{total} document{'s' if total > 1 else ''} failed; nothing was applied: {summarize(errors)}",
             errors=errors,
@@ -265,6 +296,8 @@ class DocumentsInvalid(ApplicationError):
         out = []
         for number, label, exc in self.failures:
             out.append(f"document {number + 1} ({label}):")
+            if isinstance(exc, Conflict):
+                out.append(f"  {exc.message}")
             out.extend(
                 f"  {path}: {reason}" if path else f"  {reason}"
                 for path, reason in exc.errors or [("", exc.message)]
@@ -281,8 +314,10 @@ def _label(doc: Any) -> str:
     return f"{doc.get('kind', '?')} {namespace + '/' if namespace else ''}{name}"
 
 
-def apply_documents(docs: Iterable[Any]) -> list[ApplyResult]:
-    """Apply every document or none: all are checked first, then applied in one transaction."""
+def apply_documents(docs: Iterable[Any], *, force: bool = False) -> list[ApplyResult]:
+    """Apply every document or none: all are checked first, then applied in one transaction.
+
+    ``force`` writes documents whose ``metadata.resourceVersion`` is stale (see ``apply``)."""
     docs = list(docs)
     failures: list[tuple[int, str, ApplicationError]] = []
     planned: list[tuple[int, ResourceKind, dict]] = []
@@ -302,7 +337,7 @@ def apply_documents(docs: Iterable[Any]) -> list[ApplyResult]:
     with transaction.atomic():
         for number, kind, doc in planned:
             try:
-                results[number] = kind.apply(doc)
+                results[number] = kind.apply(doc, force=force)
             except ApplicationError as exc:
                 failures.append((number, _label(doc), exc))
         if failures:

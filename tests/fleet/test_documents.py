@@ -71,7 +71,9 @@ def apply_yaml(text: str) -> list[registry.ApplyResult]:
 def without_server_fields(doc: dict) -> dict:
     doc = {k: v for k, v in doc.items() if k != "status"}
     doc["metadata"] = {
-        k: v for k, v in doc["metadata"].items() if k not in ("uid", "generation", "creationTimestamp")
+        k: v
+        for k, v in doc["metadata"].items()
+        if k not in ("uid", "resourceVersion", "generation", "creationTimestamp")
     }
     return doc
 

@@ -42,6 +42,12 @@ class Command(BaseCommand):
             required=True,
             help="YAML/JSON file, directory, or - for stdin",
         )
+        parser.add_argument(
+            "--force",
+            action="store_true",
+            help="write documents whose metadata.resourceVersion is stale (someone changed the object "
+            "since it was read) instead of refusing them",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         docs = []
@@ -53,7 +59,7 @@ class Command(BaseCommand):
         if not docs:
             raise CommandError("no documents to apply")
         try:
-            results = apply_documents(docs)
+            results = apply_documents(docs, force=options["force"])
         except DocumentsInvalid as exc:
             count = len(exc.failures)
             head = f"{count} document{'s' if count > 1 else ''} failed; nothing was applied"
