@@ -51,6 +51,17 @@ from runtime_emulator import catalog, netpol
 from runtime_emulator.pods import ContainerLaunch, PodHealth
 from runtime_emulator.workloads import DeploymentChange, DeploymentEvent
 
+# Linux: a watcher process gets SIGTERM as soon as the process that started it dies (even by
+# SIGKILL), so a killed demo or test leaves no watcher behind. The launcher asks for that
+# (PR_SET_PDEATHSIG survives exec) and then becomes the watcher; if its parent died before, it
+# exits instead.
+DIE_WITH_PARENT = (
+    "import ctypes, os, signal, sys; "
+    "ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM); "
+    "os.getppid() == int(sys.argv[1]) or sys.exit(0); "
+    "os.execv(sys.argv[2], sys.argv[2:])"
+)
+
 logger = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -231,6 +242,9 @@ class ProcessKubelet:
         argv = [*container.command, *container.args]
         if argv and Path(argv[0]).name.startswith("python"):
             argv[0] = self.python
+        argv = (
+            [self.python, "-c", DIE_WITH_PARENT, str(os.getpid()), *argv] if sys.platform == "linux" else argv
+        )
         log = open(pod.workdir / "output.log", "ab")  # noqa: SIM115 - owned by the child
         try:
             pod.process = subprocess.Popen(
