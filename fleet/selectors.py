@@ -44,7 +44,10 @@ def kyma_ids_due(*, limit: int, batch_size: int = 500) -> Iterator[list[int]]:
     """Kymas whose periodic reconcile is due (or that never had one), oldest deadline first.
     Paused Kymas (upstream's skip-reconciliation label) are passed by unless being deleted."""
     now = timezone.now()
-    paused = Q(**{f"labels__{SKIP_RECONCILIATION_LABEL}": "true"}, deletion_timestamp__isnull=True)
+    # has_key first: a Kyma without the label must not fall out of exclude() on a NULL comparison.
+    paused = Q(labels__has_key=SKIP_RECONCILIATION_LABEL) & Q(
+        **{f"labels__{SKIP_RECONCILIATION_LABEL}": "true"}, deletion_timestamp__isnull=True
+    )
     due = (
         Kyma.objects.filter(Q(next_reconcile_at__lte=now) | Q(next_reconcile_at__isnull=True))
         .exclude(paused)

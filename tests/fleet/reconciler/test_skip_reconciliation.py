@@ -100,9 +100,10 @@ def test_given_due_kymas_when_sweeping_then_labelled_ones_are_passed_by(runtimes
     other = connected_kyma(
         runtimes(), name="other", labels={"operator.kyma-project.io/skip-reconciliation": "false"}
     )
+    unlabelled = connected_kyma(runtimes(), name="plain")
     Kyma.objects.update(next_reconcile_at=past)
     due = [kyma_id for batch in selectors.kyma_ids_due(limit=100) for kyma_id in batch]
-    assert other.pk in due and paused.pk not in due
+    assert other.pk in due and unlabelled.pk in due and paused.pk not in due
 
 
 def test_given_a_labelled_kyma_when_opening_its_page_then_it_says_paused(runtimes, admin_client):
