@@ -213,6 +213,8 @@ LOGGING = {
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
+        # Named, expiring tokens first; DRF's older keys keep working through the two after it.
+        "kernel.api.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.TokenAuthentication",
         "kernel.api.authentication.BearerTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",

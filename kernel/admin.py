@@ -16,9 +16,12 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.timesince import timesince
+from rest_framework.authtoken import admin as authtoken_admin
 
+from kernel.api_tokens import api_token_issue
 from kernel.fields import BoundedJSONField
 from kernel.filtersets import FilterSetAdmin
+from kernel.models import ApiToken
 
 STATE_COLOURS = {
     "Ready": "#1a7f37",
@@ -179,3 +182,45 @@ class RecordAdmin(ReadOnlyAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+# DRF's token admin lists keys in clear; named API tokens (below) replace it. Its tokens keep
+# working, and can still be revoked by deleting the user or from the shell.
+if admin.site.is_registered(authtoken_admin.TokenProxy):
+    admin.site.unregister(authtoken_admin.TokenProxy)
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    """Tokens by name, owner and prefix; the key is shown once, on the page after adding."""
+
+    list_display = ("name", "user", "key_prefix", "created_at", "expires_at", "last_used_at")
+    list_filter = ("user",)
+    search_fields = ("name", "prefix", "user__username")
+    readonly_fields = ("key_prefix", "created_at", "last_used_at")
+    show_full_result_count = False
+
+    @admin.display(description="key", ordering="prefix")
+    def key_prefix(self, obj: ApiToken) -> str:
+        return f"{obj.prefix}…" if obj.prefix else "—"
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        if obj is None:
+            return ["user", "name", "expires_at"]
+        return ["user", "name", "key_prefix", "created_at", "expires_at", "last_used_at"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
+        # A token keeps its owner: moving it would hand someone else a key they never saw made.
+        return (*self.readonly_fields, "user") if obj is not None else self.readonly_fields
+
+    def save_model(self, request: HttpRequest, obj: ApiToken, form: forms.ModelForm, change: bool) -> None:
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        key = api_token_issue(obj)  # the form checked the same rules (name unique per user)
+        messages.success(
+            request,
+            format_html(
+                "The key of token “{}”: <code>{}</code> — copy it now; it is not shown again.", obj.name, key
+            ),
+        )

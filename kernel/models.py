@@ -8,11 +8,14 @@ cleanup is done and the last finalizer is removed, exactly like a Kubernetes fin
 
 from __future__ import annotations
 
+import datetime
 import uuid
 from typing import ClassVar
 
+from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
+from django.utils import timezone
 
 from kernel.documents import schema
 
@@ -70,3 +73,36 @@ class NamespacedResourceModel(ResourceModel):
 
     class Meta:
         abstract = True
+
+
+class ApiToken(models.Model):
+    """A named API key with an optional expiry, stored only as its SHA-256 digest.
+
+    The clear key is shown once, when the token is created (admin page, ``manage.py token
+    create``); afterwards only its first characters (``prefix``) identify it, so a leaked
+    database or a glance at the admin never gives anyone a working key."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100, help_text="What the token is for, e.g. 'ci-deploy'.")
+    prefix = models.CharField(max_length=16, editable=False, help_text="The key's first characters.")
+    digest = models.CharField(max_length=64, unique=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="Empty: the token never expires.")
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        verbose_name = "API token"
+        ordering = ("user", "name")
+        constraints = (
+            models.UniqueConstraint(
+                fields=("user", "name"),
+                name="kernel_apitoken_unique_name_per_user",
+                violation_error_message="This user already has a token with this name.",
+            ),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    def is_expired(self, now: datetime.datetime | None = None) -> bool:
+        return self.expires_at is not None and self.expires_at <= (now or timezone.now())
