@@ -49,12 +49,13 @@ def test_given_kyma_posted_to_gunicorn_when_worker_runs_then_it_reconciles(web, 
         timeout=10,
     )
     assert response.status_code == 201, response.text
+    # The reconcile writes its status, then releases the lease: wait for both, not the first.
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         kyma = Kyma.objects.get(name="3d1f0b6c-runtime")
-        if kyma.last_reconcile_at is not None:
+        if kyma.last_reconcile_at is not None and kyma.lease_owner == "":
             break
         time.sleep(0.1)
     assert kyma.last_reconcile_at is not None, worker.output()
+    assert kyma.lease_owner == "", f"the lease was never released: {kyma.lease_owner}"
     assert reconcile_queued([kyma.pk]) == set()
-    assert kyma.lease_owner == ""
