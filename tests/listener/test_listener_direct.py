@@ -15,12 +15,11 @@ from pki import crypto, services
 from tests.factories import KymaFactory, WatcherFactory
 from tests.support.listener import (
     Credentials,
-    PkiSnapshot,
     bare_context,
     event_body,
-    klm_watcher,
+    listener_for_test,
+    module_listener,
     request,
-    start_listener,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -28,19 +27,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 @pytest.fixture(scope="module")
 def running_listener(django_db_setup, django_db_blocker):
-    with django_db_blocker.unblock():
-        snapshot = PkiSnapshot()
-        running = start_listener()
-    yield running, snapshot
-    running.stop()
+    started = module_listener(django_db_blocker)
+    yield started
+    started[0].stop()
 
 
 @pytest.fixture
 def listener(running_listener):
-    running, snapshot = running_listener
-    snapshot.restore()
-    klm_watcher()
-    return running
+    return listener_for_test(running_listener)
 
 
 @pytest.fixture

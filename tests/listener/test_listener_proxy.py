@@ -10,7 +10,13 @@ from django.utils import timezone
 
 from pki import crypto, services
 from tests.factories import KymaFactory
-from tests.support.listener import Credentials, PkiSnapshot, event_body, klm_watcher, request, start_listener
+from tests.support.listener import (
+    Credentials,
+    event_body,
+    listener_for_test,
+    module_listener,
+    request,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -25,33 +31,23 @@ def xfcc(
     return f'{before};Cert={value};Subject="CN=x";URI=spiffe://cluster.local/ns/x'
 
 
-def start_module_listener(django_db_blocker, trusted: str):
-    with django_db_blocker.unblock():
-        snapshot = PkiSnapshot()
-        running = start_listener(mode="proxy", trusted_proxies=trusted)
-    return running, snapshot
-
-
 @pytest.fixture(scope="module")
 def trusted_listener(django_db_setup, django_db_blocker):
-    running, snapshot = start_module_listener(django_db_blocker, "127.0.0.0/8,::1")
+    running, snapshot = module_listener(django_db_blocker, mode="proxy", trusted_proxies="127.0.0.0/8,::1")
     yield running, snapshot
     running.stop()
 
 
 @pytest.fixture(scope="module")
 def distrusting_listener(django_db_setup, django_db_blocker):
-    running, snapshot = start_module_listener(django_db_blocker, "10.0.0.0/8")
+    running, snapshot = module_listener(django_db_blocker, mode="proxy", trusted_proxies="10.0.0.0/8")
     yield running, snapshot
     running.stop()
 
 
 @pytest.fixture
 def listener(trusted_listener):
-    running, snapshot = trusted_listener
-    snapshot.restore()
-    klm_watcher()
-    return running
+    return listener_for_test(trusted_listener)
 
 
 @pytest.fixture
@@ -86,9 +82,7 @@ def test_given_an_unquoted_cert_field_and_several_elements_then_the_first_elemen
 
 
 def test_given_an_untrusted_peer_when_posting_then_401(distrusting_listener, kyma_creds):
-    running, snapshot = distrusting_listener
-    snapshot.restore()
-    klm_watcher()
+    running = listener_for_test(distrusting_listener)
     _, creds = kyma_creds
     status, body = request(
         running.port, None, PATH, event_body(), headers={"X-Forwarded-Client-Cert": xfcc(creds.cert)}

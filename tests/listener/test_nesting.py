@@ -8,7 +8,13 @@ from urllib.parse import quote
 import pytest
 
 from tests.factories import KymaFactory
-from tests.support.listener import Credentials, PkiSnapshot, event_body, klm_watcher, request, start_listener
+from tests.support.listener import (
+    Credentials,
+    event_body,
+    listener_for_test,
+    module_listener,
+    request,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -17,18 +23,14 @@ DEEP = 8_000  # past the interpreter's recursion limit, inside the 16 KiB body l
 
 @pytest.fixture(scope="module")
 def running(django_db_setup, django_db_blocker):
-    with django_db_blocker.unblock():
-        snapshot = PkiSnapshot()
-        listener = start_listener(mode="proxy", trusted_proxies="127.0.0.0/8,::1")
-    yield listener, snapshot
-    listener.stop()
+    started = module_listener(django_db_blocker, mode="proxy", trusted_proxies="127.0.0.0/8,::1")
+    yield started
+    started[0].stop()
 
 
 @pytest.fixture
 def post(running):
-    listener, snapshot = running
-    snapshot.restore()
-    klm_watcher()
+    listener = listener_for_test(running)
     kyma = KymaFactory(runtime_id="rt-deep", skr_domain="rt-deep.kyma.example.com")
     header = {"X-Forwarded-Client-Cert": f"Cert={quote(Credentials.for_kyma(kyma).cert.decode(), safe='')}"}
 

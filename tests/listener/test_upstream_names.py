@@ -14,7 +14,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from listener import identity
 from pki import crypto, services
 from tests.factories import KymaFactory
-from tests.support.listener import Credentials, PkiSnapshot, event_body, klm_watcher, request, start_listener
+from tests.support.listener import (
+    Credentials,
+    event_body,
+    listener_for_test,
+    module_listener,
+    request,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -23,19 +29,14 @@ PATH = "/v2/lifecycle-manager/event"
 
 @pytest.fixture(scope="module")
 def running_listener(django_db_setup, django_db_blocker):
-    with django_db_blocker.unblock():
-        snapshot = PkiSnapshot()
-        running = start_listener(mode="proxy", trusted_proxies="127.0.0.0/8,::1")
-    yield running, snapshot
-    running.stop()
+    started = module_listener(django_db_blocker, mode="proxy", trusted_proxies="127.0.0.0/8,::1")
+    yield started
+    started[0].stop()
 
 
 @pytest.fixture
 def listener(running_listener):
-    running, snapshot = running_listener
-    snapshot.restore()
-    klm_watcher()
-    return running
+    return listener_for_test(running_listener)
 
 
 @pytest.fixture

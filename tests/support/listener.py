@@ -150,3 +150,20 @@ class PkiSnapshot:
                 [CertificateAuthority(**row) for row in self.authorities]
             )
             Certificate.objects.bulk_create([Certificate(**row) for row in self.certificates])
+
+
+def module_listener(django_db_blocker: Any, **options: Any) -> tuple[Listener, PkiSnapshot]:
+    """A listener process for a whole test module, and a snapshot of the PKI it was started with
+    (tests that use the database roll it back; :func:`listener_for_test` puts it back)."""
+    with django_db_blocker.unblock():
+        snapshot = PkiSnapshot()
+        running = start_listener(**options)
+    return running, snapshot
+
+
+def listener_for_test(started: tuple[Listener, PkiSnapshot]) -> Listener:
+    """The module's listener for one test: its PKI restored and the lifecycle-manager Watcher there."""
+    running, snapshot = started
+    snapshot.restore()
+    klm_watcher()
+    return running
