@@ -34,21 +34,7 @@ class ModuleForm(ResourceVersionForm):
 
     class Meta:
         model = Module
-        fields = (
-            "name",
-            "channels",
-            "cr_group",
-            "cr_version",
-            "cr_kind",
-            "cr_plural",
-            "cr_namespace",
-            "cr_name",
-            "default_cr",
-            "manager",
-            "manager_url",
-            "labels",
-            "annotations",
-        )
+        fields = ("name", *Module.SPEC_FIELDS, "labels", "annotations")
 
 
 @admin.register(Module)
