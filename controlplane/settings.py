@@ -213,7 +213,9 @@ LOGGING = {
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        # Named, expiring tokens first; DRF's older keys keep working through the two after it.
+        # Module managers' credentials (kcpm_ keys) and named, expiring tokens (kcp_) first; DRF's
+        # older keys keep working through the two after them.
+        "fleet.api.authentication.ModuleCredentialAuthentication",
         "kernel.api.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.TokenAuthentication",
         "kernel.api.authentication.BearerTokenAuthentication",

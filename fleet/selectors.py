@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db.models import F, Q
 from django.utils import timezone
 
-from fleet.models import Kyma, KymaState
+from fleet.models import Kyma, KymaState, ModuleConfig
 from fleet.models.kyma import SKIP_RECONCILIATION_LABEL
 
 
@@ -25,6 +25,13 @@ def kyma_ids_using_module(module_name: str) -> list[int]:
         for kyma_id, modules in Kyma.objects.values_list("id", "modules").iterator(chunk_size=2000)
         if any(isinstance(m, dict) and m.get("name") == module_name for m in modules or ())
     ]
+
+
+def kyma_has_module_config(*, namespace: str, name: str, module_id: int) -> bool:
+    """Whether Kyma ``namespace/name`` has a ModuleConfig of the module (it uses the module)."""
+    return ModuleConfig.objects.filter(
+        kyma__namespace=namespace, kyma__name=name, module_id=module_id
+    ).exists()
 
 
 def kyma_ids_all(batch_size: int = 500) -> Iterator[list[int]]:

@@ -1,4 +1,5 @@
-"""Named API tokens: issued once in clear, stored as a SHA-256 digest, optionally expiring.
+"""Issued keys (named API tokens, module credentials): shown once in clear, stored as a SHA-256
+digest, optionally expiring, revocable.
 
 Keys start with ``KEY_PREFIX`` so the authentication class can tell them from DRF's older
 ``authtoken`` keys (40 hex characters) and leave those to DRF's own classes. A key carries 256
@@ -10,27 +11,40 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import secrets
+from typing import TypeVar
 
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from kernel.errors import ValidationFailed
-from kernel.models import ApiToken
+from kernel.models import ApiToken, IssuedKey
 from kernel.timefmt import rfc3339
 
 KEY_PREFIX = "kcp_"
 # Characters of the key kept in clear to recognise it: the marker and 8 random characters.
-VISIBLE = len(KEY_PREFIX) + 8
+VISIBLE_RANDOM = 8
+VISIBLE = len(KEY_PREFIX) + VISIBLE_RANDOM
 # ``last_used_at`` is written at most this often per token (not one UPDATE per request).
 LAST_USED_RESOLUTION = dt.timedelta(minutes=1)
 
 
-class TokenExpired(Exception):
+class KeyRefused(Exception):
+    """A key that exists but no longer works; the message says why (it becomes the 401's detail)."""
+
+
+class TokenExpired(KeyRefused):
     def __init__(self, expires_at: dt.datetime) -> None:
         super().__init__(f"token expired on {rfc3339(expires_at)}")
         self.expires_at = expires_at
+
+
+class KeyRevoked(KeyRefused):
+    def __init__(self, revoked_at: dt.datetime) -> None:
+        super().__init__(f"token revoked on {rfc3339(revoked_at)}")
+        self.revoked_at = revoked_at
 
 
 def key_digest(key: str) -> str:
@@ -41,20 +55,57 @@ def is_api_token_key(key: str) -> bool:
     return key.startswith(KEY_PREFIX)
 
 
+K = TypeVar("K", bound=IssuedKey)
+
+
 @transaction.atomic
+def key_issue(obj: IssuedKey, *, marker: str = KEY_PREFIX) -> str:
+    """Give the unsaved ``obj`` (owner, name, expiry set) a new key starting with ``marker``,
+    validate and save it. Returns the clear key: the only time anyone sees it."""
+    key = marker + secrets.token_urlsafe(32)
+    obj.prefix = key[: len(marker) + VISIBLE_RANDOM]
+    obj.digest = key_digest(key)
+    try:
+        obj.full_clean()
+    except DjangoValidationError as exc:
+        raise ValidationFailed.from_django(exc) from exc
+    obj.save()
+    return key
+
+
+def key_authenticate(queryset: QuerySet[K], key: str) -> K | None:
+    """The issued key of ``queryset`` whose key is ``key`` (``None`` when there is none).
+
+    Raises ``KeyRevoked`` or ``TokenExpired`` for one that no longer works; records when a
+    working one was last used (at most once per ``LAST_USED_RESOLUTION``)."""
+    obj = queryset.filter(digest=key_digest(key)).first()
+    if obj is None:
+        return None
+    now = timezone.now()
+    if obj.revoked_at is not None:
+        raise KeyRevoked(obj.revoked_at)
+    if obj.expires_at is not None and obj.expires_at <= now:
+        raise TokenExpired(obj.expires_at)
+    if obj.last_used_at is None or now - obj.last_used_at >= LAST_USED_RESOLUTION:
+        type(obj).objects.filter(pk=obj.pk).update(last_used_at=now)
+        obj.last_used_at = now
+    return obj
+
+
+def key_revoke(obj: IssuedKey) -> bool:
+    """Revoke ``obj`` for good (the row stays, for the record). False when it already was."""
+    if obj.revoked_at is not None:
+        return False
+    obj.revoked_at = timezone.now()
+    type(obj).objects.filter(pk=obj.pk).update(revoked_at=obj.revoked_at)
+    return True
+
+
 def api_token_issue(token: ApiToken) -> str:
     """Give the unsaved ``token`` (user, name, expiry set) a new key, validate and save it.
 
     Returns the clear key: the only time anyone sees it."""
-    key = KEY_PREFIX + secrets.token_urlsafe(32)
-    token.prefix = key[:VISIBLE]
-    token.digest = key_digest(key)
-    try:
-        token.full_clean()
-    except DjangoValidationError as exc:
-        raise ValidationFailed.from_django(exc) from exc
-    token.save()
-    return key
+    return key_issue(token)
 
 
 def api_token_create(
@@ -68,14 +119,5 @@ def api_token_create(
 def api_token_authenticate(key: str) -> ApiToken | None:
     """The token whose key is ``key`` (``None`` when there is none), with its user loaded.
 
-    Raises ``TokenExpired`` for an expired one; records when a valid one was last used."""
-    token = ApiToken.objects.select_related("user").filter(digest=key_digest(key)).first()
-    if token is None:
-        return None
-    now = timezone.now()
-    if token.expires_at is not None and token.expires_at <= now:
-        raise TokenExpired(token.expires_at)
-    if token.last_used_at is None or now - token.last_used_at >= LAST_USED_RESOLUTION:
-        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
-        token.last_used_at = now
-    return token
+    Raises ``KeyRefused`` for an expired or revoked one; records when a valid one was last used."""
+    return key_authenticate(ApiToken.objects.select_related("user"), key)

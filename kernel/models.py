@@ -75,20 +75,45 @@ class NamespacedResourceModel(ResourceModel):
         abstract = True
 
 
-class ApiToken(models.Model):
-    """A named API key with an optional expiry, stored only as its SHA-256 digest.
+class IssuedKey(models.Model):
+    """A named secret key with an optional expiry and revocation, stored only as its SHA-256 digest.
 
-    The clear key is shown once, when the token is created (admin page, ``manage.py token
-    create``); afterwards only its first characters (``prefix``) identify it, so a leaked
-    database or a glance at the admin never gives anyone a working key."""
+    The clear key is shown once, when it is issued (``kernel.api_tokens.key_issue``); afterwards
+    only its first characters (``prefix``) identify it, so a leaked database or a glance at the
+    admin never gives anyone a working key. People's API tokens and module managers' credentials
+    are both issued keys: one machinery, one set of rules (expiry, revocation, last use)."""
 
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
-    name = models.CharField(max_length=100, help_text="What the token is for, e.g. 'ci-deploy'.")
+    name = models.CharField(max_length=100, help_text="What the key is for, e.g. 'ci-deploy'.")
     prefix = models.CharField(max_length=16, editable=False, help_text="The key's first characters.")
     digest = models.CharField(max_length=64, unique=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
-    expires_at = models.DateTimeField(null=True, blank=True, help_text="Empty: the token never expires.")
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="Empty: the key never expires.")
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked_at = models.DateTimeField(
+        null=True, blank=True, editable=False, help_text="Set: the key no longer works (kept for the record)."
+    )
+
+    class Meta:
+        abstract = True
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    def is_expired(self, now: datetime.datetime | None = None) -> bool:
+        return self.expires_at is not None and self.expires_at <= (now or timezone.now())
+
+    @property
+    def key_state(self) -> str:
+        """``Active``, ``Expired`` or ``Revoked``: what a request with this key would meet."""
+        if self.revoked_at is not None:
+            return "Revoked"
+        return "Expired" if self.is_expired() else "Active"
+
+
+class ApiToken(IssuedKey):
+    """A person's named API key: it acts as its ``user`` with that user's permissions."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
 
     class Meta:
         verbose_name = "API token"
@@ -100,9 +125,3 @@ class ApiToken(models.Model):
                 violation_error_message="This user already has a token with this name.",
             ),
         )
-
-    def __str__(self) -> str:
-        return f"{self.name} ({self.prefix}…)"
-
-    def is_expired(self, now: datetime.datetime | None = None) -> bool:
-        return self.expires_at is not None and self.expires_at <= (now or timezone.now())

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
+from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import status
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied
+from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from fleet.api import credentials as credential_views
+from fleet.api.authentication import ModuleScopedPermissions, module_credential, refuse_other_module
 from fleet.filtersets import (
     KymaFilterSet,
     ModuleConfigFilterSet,
@@ -22,8 +26,10 @@ from fleet.jobs import services as job_services
 from fleet.models import Kyma, Module, ModuleConfig, SyncResource
 from fleet.models.moduleconfig import MODULE_CONFIG_STATUS_SCHEMA
 from fleet.resources.kinds import KymaKind, ModuleConfigKind, ModuleKind, SyncResourceKind
+from fleet.selectors import kyma_has_module_config
 from fleet.services import kymas as kyma_services
 from fleet.services import modules as module_services
+from kernel.api.authentication import ScopedPrincipal
 from kernel.api.resources import ERROR_SCHEMA, ResourceReadViewSet, ResourceViewSet, document_schema
 from kernel.documents import registry
 from kernel.documents.schema import schema_errors
@@ -149,6 +155,60 @@ class ModuleViewSet(ResourceViewSet):
         module_services.module_delete(module=obj)
         return True
 
+    @extend_schema(
+        tags=["modules"],
+        methods=["GET"],
+        responses={200: credential_views.LIST_SCHEMA, 403: ERROR_SCHEMA},
+        description="The module manager's credentials (never their keys).",
+    )
+    @extend_schema(
+        tags=["modules"],
+        methods=["POST"],
+        request={"application/json": credential_views.CREATE_BODY},
+        responses={201: credential_views.CREATED_SCHEMA, 400: ERROR_SCHEMA, 403: ERROR_SCHEMA},
+        description="Create a credential for the module's manager; the answer's `token` is the only "
+        "time the key is shown.",
+    )
+    @action(detail=True, methods=["get", "post"], permission_classes=[IsAuthenticated])
+    def credentials(self, request: Request, id: str) -> Response:
+        module = self.get_object()
+        if request.method == "GET":
+            return credential_views.credentials_list(request, module)
+        return credential_views.credentials_create(request, module)
+
+    @extend_schema(
+        tags=["modules"],
+        request=None,
+        responses={200: credential_views.CREDENTIAL_SCHEMA, 403: ERROR_SCHEMA, 404: ERROR_SCHEMA},
+        description="Revoke a credential for good: its key answers 401 from now on (the record stays).",
+    )
+    @action(
+        detail=True,
+        methods=["post"],
+        url_path=r"credentials/(?P<credential>[^/]{1,100})/revoke",
+        permission_classes=[IsAuthenticated],
+    )
+    def revoke_credential(self, request: Request, id: str, credential: str) -> Response:
+        return credential_views.credentials_revoke(request, self.get_object(), credential)
+
+
+class ModuleScopedViewSet(ResourceReadViewSet):
+    """A kind whose objects belong to a module: module credentials may use ``module_actions`` on
+    their own module's objects; their lists hold only those."""
+
+    permission_classes = (ModuleScopedPermissions,)
+    module_actions: ClassVar[frozenset[str]] = frozenset()
+
+    def filter_queryset(self, queryset: QuerySet) -> QuerySet:
+        queryset = super().filter_queryset(queryset)
+        credential = module_credential(self.request)
+        if credential is None or self.action != "list":
+            return queryset  # one object: 403 naming both modules, rather than a silent 404
+        asked = self.request.query_params.get("module")
+        if asked is not None:
+            refuse_other_module(credential, f"?module={asked}", asked)
+        return queryset.filter(module_id=credential.module_id)
+
 
 _MODULECONFIG_DOCS = document_schema(
     _kind(ModuleConfigKind),
@@ -161,8 +221,9 @@ _MODULECONFIG_DOCS = document_schema(
 
 
 @extend_schema_view(list=_MODULECONFIG_DOCS["list"], retrieve=_MODULECONFIG_DOCS["retrieve"])
-class ModuleConfigViewSet(ResourceReadViewSet):
+class ModuleConfigViewSet(ModuleScopedViewSet):
     kind = _kind(ModuleConfigKind)
+    module_actions = frozenset({"list", "retrieve", "status"})
     queryset = ModuleConfig.objects.all()
     filterset_class = ModuleConfigFilterSet
     # Written by the control plane; module managers only report status (the action below).
@@ -186,10 +247,34 @@ class ModuleConfigViewSet(ResourceReadViewSet):
 
 
 @extend_schema_view(**document_schema(_kind(SyncResourceKind), tags=["syncresources"]))
-class SyncResourceViewSet(ResourceViewSet):
+class SyncResourceViewSet(ModuleScopedViewSet, ResourceViewSet):
     kind = _kind(SyncResourceKind)
     queryset = SyncResource.objects.all()
     filterset_class = SyncResourceFilterSet
+    module_actions = frozenset({"list", "retrieve", "create", "update", "destroy"})
+
+    def authorize_write(self, request: Request, doc: dict, existing: dict | None) -> None:
+        """A module credential writes its own module's SyncResources, for Kymas using the module."""
+        credential = module_credential(request)
+        if credential is None:
+            super().authorize_write(request, doc, existing)
+            return
+        spec = doc.get("spec") if isinstance(doc.get("spec"), dict) else {}
+        metadata = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+        module, kyma = spec.get("module"), spec.get("kyma")
+        namespace = metadata.get("namespace") or self.kind.default_namespace
+        if isinstance(module, str):
+            refuse_other_module(credential, f"SyncResource {namespace}/{metadata.get('name')}", module)
+        own = credential.module.name
+        if (
+            isinstance(kyma, str)
+            and Kyma.objects.filter(namespace=namespace, name=kyma).exists()
+            and not kyma_has_module_config(namespace=namespace, name=kyma, module_id=credential.module_id)
+        ):
+            raise PermissionDenied(
+                f"this credential belongs to module {own}; Kyma {namespace}/{kyma} does not use module "
+                f"{own} (it has no {own} ModuleConfig)"
+            )
 
     def delete_object(self, obj: SyncResource) -> bool:
         return module_services.syncresource_delete(resource=obj)
@@ -231,6 +316,8 @@ class ApplyView(APIView):
     def post(self, request: Request) -> Response:
         if not request.user or not request.user.is_authenticated:
             raise PermissionDenied("authentication required")
+        if isinstance(request.user, ScopedPrincipal):
+            raise PermissionDenied(request.user.refusal(request))
         docs = request.data if isinstance(request.data, list) else [request.data]
         for doc in docs:
             try:

@@ -2,6 +2,7 @@
 
 from kernel.models import NamespacedResourceModel, ResourceModel
 
+from .credentials import MODULE_KEY_MARKER, ModuleCredential
 from .jobs import Job, JobKind, JobStatus
 from .kyma import Kyma, KymaState
 from .module import Module
@@ -10,6 +11,7 @@ from .records import ReconcileRecord
 from .syncresource import ApplyStrategy, DeletionPolicy, ManifestState, SyncResource
 
 __all__ = [
+    "MODULE_KEY_MARKER",
     "ApplyStrategy",
     "DeletionPolicy",
     "Job",
@@ -20,6 +22,7 @@ __all__ = [
     "ManifestState",
     "Module",
     "ModuleConfig",
+    "ModuleCredential",
     "NamespacedResourceModel",
     "ReconcileRecord",
     "ResourceModel",

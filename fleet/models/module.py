@@ -11,6 +11,8 @@ from kernel.documents import schema
 from kernel.models import ResourceModel, dns_label, dns_subdomain
 from kernel.sealing import SealedField
 
+from .manifest_policy import KINDS_SCHEMA, NAMESPACES_SCHEMA, ManifestPolicy
+
 CHANNELS_SCHEMA = {
     "type": "object",
     "propertyNames": {"pattern": schema.CHANNEL, "minLength": 3, "maxLength": 32, "not": {"const": "none"}},
@@ -68,6 +70,21 @@ class Module(ResourceModel):
         "manager URL", blank=True, help_text="Where change notifications are POSTed."
     )
     notify_secret = SealedField(help_text="HMAC key for signing notifications; write-only.")
+    manifest_namespaces = models.JSONField(
+        default=list,
+        blank=True,
+        validators=[schema.SchemaValidator(NAMESPACES_SCHEMA, "namespaces")],
+        help_text='Namespaces its SyncResources may write namespaced objects into, e.g. ["kyma-system", '
+        '"keda"] ("*": any). Empty: the CR namespace.',
+    )
+    manifest_kinds = models.JSONField(
+        default=list,
+        blank=True,
+        validators=[schema.SchemaValidator(KINDS_SCHEMA, "kinds")],
+        help_text="Cluster-scoped (or unknown) kinds its SyncResources may contain, e.g. "
+        '[{"group": "rbac.authorization.k8s.io", "kind": "ClusterRole"}] (version optional; "*" matches '
+        "any).",
+    )
 
     SPEC_FIELDS: ClassVar[tuple[str, ...]] = (
         "channels",
@@ -80,6 +97,8 @@ class Module(ResourceModel):
         "default_cr",
         "manager",
         "manager_url",
+        "manifest_namespaces",
+        "manifest_kinds",
     )
 
     class Meta:
@@ -92,6 +111,10 @@ class Module(ResourceModel):
     @property
     def cr_api_version(self) -> str:
         return f"{self.cr_group}/{self.cr_version}" if self.cr_group else self.cr_version
+
+    @property
+    def manifest_policy(self) -> ManifestPolicy:
+        return ManifestPolicy.of(self)
 
     def version_for(self, channel: str) -> str | None:
         return self.channels.get(channel)

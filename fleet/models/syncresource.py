@@ -116,6 +116,18 @@ class SyncResource(NamespacedResourceModel):
         ]
         ordering = ["namespace", "name"]
 
+    def clean(self) -> None:
+        """The module's manifest policy: each refused manifest is named ``manifests[i]``."""
+        if self.module_id is None:
+            return
+        try:
+            docs = self.parsed_manifests()
+        except ValidationError:
+            return  # the field's own validator reports it
+        refusals = self.module.manifest_policy.check(docs)
+        if refusals:
+            raise ValidationError({"manifests": [f"manifests[{r.index}]: {r.reason}" for r in refusals]})
+
     def parsed_manifests(self) -> list[dict[str, Any]]:
         return parse_manifests(self.manifests)
 

@@ -11,6 +11,7 @@ from django.db.models import QuerySet
 
 from fleet.models import Kyma, Module, ModuleConfig, SyncResource
 from fleet.models.kyma import CHANNEL_SCHEMA, DEFAULT_NAMESPACE, MODULES_SCHEMA
+from fleet.models.manifest_policy import KINDS_SCHEMA, NAMESPACES_SCHEMA
 from fleet.models.module import CHANNELS_SCHEMA, DEFAULT_CR_SCHEMA
 from fleet.models.syncresource import ApplyStrategy, DeletionPolicy
 from fleet.services import kymas as kyma_services
@@ -144,6 +145,8 @@ class ModuleKind(ResourceKind):
         "default_cr": "spec.defaultCR",
         "manager": "spec.manager.name",
         "manager_url": "spec.manager.url",
+        "manifest_namespaces": "spec.manifestPolicy.namespaces",
+        "manifest_kinds": "spec.manifestPolicy.kinds",
     }
 
     def extra_columns(self) -> list:
@@ -166,12 +169,14 @@ class ModuleKind(ResourceKind):
             required=("version", "kind", "plural"),
         )
         manager = schema.obj({"name": schema.STRING, "url": schema.STRING})
+        policy = schema.obj({"namespaces": NAMESPACES_SCHEMA, "kinds": KINDS_SCHEMA})
         return schema.obj(
             {
                 "channels": CHANNELS_SCHEMA,
                 "resource": resource,
                 "defaultCR": DEFAULT_CR_SCHEMA,
                 "manager": manager,
+                "manifestPolicy": policy,
             },
             required=("channels", "resource"),
         )
@@ -179,6 +184,7 @@ class ModuleKind(ResourceKind):
     def _apply(self, doc: dict[str, Any]) -> tuple[Module, bool]:
         spec, metadata = doc.get("spec") or {}, doc["metadata"]
         resource, manager = spec["resource"], spec.get("manager") or {}
+        policy = spec.get("manifestPolicy") or {}
         return module_services.module_apply(
             name=metadata["name"],
             labels=metadata.get("labels"),
@@ -193,6 +199,8 @@ class ModuleKind(ResourceKind):
             default_cr=spec.get("defaultCR") or {},
             manager=manager.get("name", ""),
             manager_url=manager.get("url", ""),
+            manifest_namespaces=policy.get("namespaces") or [],
+            manifest_kinds=policy.get("kinds") or [],
         )
 
     def to_document(self, module: Module) -> dict[str, Any]:
@@ -211,6 +219,11 @@ class ModuleKind(ResourceKind):
             spec["defaultCR"] = module.default_cr
         if module.manager or module.manager_url:
             spec["manager"] = {"name": module.manager, "url": module.manager_url}
+        if module.manifest_namespaces or module.manifest_kinds:
+            spec["manifestPolicy"] = {
+                "namespaces": module.manifest_namespaces,
+                "kinds": module.manifest_kinds,
+            }
         return {**self.header(), "metadata": self.metadata(module), "spec": spec}
 
 

@@ -14,13 +14,15 @@ from rest_framework.authentication import BaseAuthentication, TokenAuthenticatio
 from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.request import Request
 
-from kernel.api_tokens import TokenExpired, api_token_authenticate, is_api_token_key
+from kernel.api_tokens import KEY_PREFIX, KeyRefused, api_token_authenticate
 
 
-class ApiTokenAuthentication(BaseAuthentication):
-    """Named API tokens (``kcp_…`` keys); any other key is left to the classes after this one."""
+class IssuedKeyAuthentication(BaseAuthentication):
+    """Keys that start with ``marker`` (``Token <key>`` or ``Bearer <key>``); any other key is
+    left to the classes after this one. Subclasses find the key's owner in ``identify``."""
 
     keywords = ("token", "bearer")
+    marker: str = KEY_PREFIX
 
     def authenticate(self, request: Request) -> tuple[Any, Any] | None:
         parts = get_authorization_header(request).split()
@@ -30,20 +32,57 @@ class ApiTokenAuthentication(BaseAuthentication):
             key = parts[1].decode()
         except UnicodeDecodeError:
             return None
-        if not is_api_token_key(key):
+        if not key.startswith(self.marker):
             return None
         try:
-            token = api_token_authenticate(key)
-        except TokenExpired as exc:
+            return self.identify(key)
+        except KeyRefused as exc:
             raise AuthenticationFailed(str(exc)) from exc
+
+    def identify(self, key: str) -> tuple[Any, Any]:
+        """(user, auth) of ``key``; raises ``AuthenticationFailed`` or ``KeyRefused``."""
+        raise NotImplementedError
+
+    def authenticate_header(self, request: Request) -> str:
+        return "Token"
+
+
+class ApiTokenAuthentication(IssuedKeyAuthentication):
+    """Named API tokens (``kcp_…`` keys): they act as their user."""
+
+    def identify(self, key: str) -> tuple[Any, Any]:
+        token = api_token_authenticate(key)
         if token is None:
             raise AuthenticationFailed("Invalid token.")
         if not token.user.is_active:
             raise AuthenticationFailed("User inactive or deleted.")
         return token.user, token
 
-    def authenticate_header(self, request: Request) -> str:
-        return "Token"
+
+class ScopedPrincipal:
+    """Who a request acts as when it is not a person: no Django permissions at all, only what
+    the views that know the principal allow. ``refusal`` is the 403's reason everywhere else
+    (``StaffModelPermissions`` shows it instead of a bare "permission denied")."""
+
+    is_authenticated = True
+    is_anonymous = False
+    is_active = True
+    is_staff = False
+    is_superuser = False
+    pk = None
+    id = None
+
+    def has_perm(self, perm: str, obj: Any = None) -> bool:
+        return False
+
+    def has_perms(self, perms: Any, obj: Any = None) -> bool:
+        return False
+
+    def has_module_perms(self, app_label: str) -> bool:
+        return False
+
+    def refusal(self, request: Request) -> str:
+        raise NotImplementedError
 
 
 class BearerTokenAuthentication(TokenAuthentication):
