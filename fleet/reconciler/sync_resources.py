@@ -110,17 +110,22 @@ def sync(ctx: ReconcileContext) -> None:
         if resource.is_deleting:
             _finish_deletion(ctx, resource)
             continue
-        docs = sorted(resource.parsed_manifests(), key=lambda d: ORDER.get(d.get("kind"), 2))
+        manifests = resource.parsed_manifests()
+        docs = sorted(manifests, key=lambda d: ORDER.get(d.get("kind"), 2))
         old = {identity(e): e for e in resource.manifest_status}
         if FINALIZER not in resource.finalizers:
             resource.finalizers = [*resource.finalizers, FINALIZER]
             SyncResource.objects.filter(pk=resource.pk).update(finalizers=resource.finalizers)
-        status = []
-        for doc in docs:
-            ready = prepared(doc, resource)
-            key = identity({"apiVersion": ready["apiVersion"], "kind": ready["kind"], **ready["metadata"]})
-            status.append(_sync_one(ctx, resource, ready, old.pop(key, None)))
-        status.extend(_prune(ctx, resource, list(old.values())))
+        status = _refused_by_policy(ctx, resource, manifests, old)
+        if status is None:
+            status = []
+            for doc in docs:
+                ready = prepared(doc, resource)
+                key = identity(
+                    {"apiVersion": ready["apiVersion"], "kind": ready["kind"], **ready["metadata"]}
+                )
+                status.append(_sync_one(ctx, resource, ready, old.pop(key, None)))
+            status.extend(_prune(ctx, resource, list(old.values())))
         if status != resource.manifest_status or resource.observed_generation != resource.generation:
             SyncResource.objects.filter(pk=resource.pk).update(
                 manifest_status=status, observed_generation=resource.generation
@@ -157,6 +162,45 @@ def _finish_deletion(ctx: ReconcileContext, resource: SyncResource) -> None:
         SyncResource.objects.filter(pk=resource.pk).update(manifest_status=left)
         return
     resource.delete()
+
+
+def _runtime_scope(ctx: ReconcileContext, group: str, version: str, kind: str) -> bool | None:
+    """Whether the runtime serves ``kind`` namespaced (``None``: it does not serve it)."""
+    try:
+        return ctx.client.resource(f"{group}/{version}" if group else version, kind).namespaced
+    except Temporary:
+        raise
+    except RuntimeAPIError:
+        return None
+
+
+def _refused_by_policy(
+    ctx: ReconcileContext, resource: SyncResource, docs: list[dict[str, Any]], old: dict
+) -> list[dict] | None:
+    """The module's manifest policy on ``docs`` (in ``spec.manifests`` order), again just before
+    apply: it may have been tightened since the write. ``None``: every manifest may be applied.
+    Otherwise nothing of ``resource`` is applied or pruned: refused manifests are Failed with the
+    reason, the others Pending, and objects of earlier manifests stay recorded for a later prune."""
+    refusals = resource.module.manifest_policy.check(
+        docs, fallback=lambda group, version, kind: _runtime_scope(ctx, group, version, kind)
+    )
+    if not refusals:
+        return None
+    reasons = {r.index: r.reason for r in refusals}
+    first = refusals[0].path
+    left = dict(old)
+    status = []
+    for index, doc in enumerate(docs):
+        ready = prepared(doc, resource)
+        key = identity({"apiVersion": ready["apiVersion"], "kind": ready["kind"], **ready["metadata"]})
+        previous = (left.pop(key, None) or {}).get("lastAppliedTime")
+        if index in reasons:
+            message = f"refused by module {resource.module.name}'s manifest policy: {reasons[index]}"
+            status.append(_entry(ready, ManifestState.FAILED, message, previous))
+        else:
+            message = f"not applied: {first} of this SyncResource is refused by the manifest policy"
+            status.append(_entry(ready, ManifestState.PENDING, message, previous))
+    return status + list(left.values())
 
 
 def remove_all(ctx: ReconcileContext) -> None:

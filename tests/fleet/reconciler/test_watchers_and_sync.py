@@ -151,6 +151,9 @@ class TestSyncResources:
 
     def test_given_a_manifest_the_runtime_rejects_when_reconciled_then_failed_with_the_reason(self, runtimes):
         kyma = connected_kyma(runtimes())
+        keda = keda_module()
+        keda.manifest_kinds = [{"group": "example.com", "kind": "Unknown"}]  # the policy lets it through
+        module_services.module_save(keda)
         self.apply(
             kyma, "apiVersion: example.com/v1\nkind: Unknown\nmetadata: {name: x, namespace: kyma-system}\n"
         )
