@@ -195,7 +195,7 @@ def _refused_by_policy(
         key = identity({"apiVersion": ready["apiVersion"], "kind": ready["kind"], **ready["metadata"]})
         previous = (left.pop(key, None) or {}).get("lastAppliedTime")
         if index in reasons:
-            message = f"refused by module {resource.module.name}'s manifest policy: {reasons[index]}"
+            message = f"refused by the manifest policy: {reasons[index]}"
             status.append(_entry(ready, ManifestState.FAILED, message, previous))
         else:
             message = f"not applied: {first} of this SyncResource is refused by the manifest policy"

@@ -97,7 +97,8 @@ class TestOtherModule:
         response = client_with(fleet["key"]).get(f"{CONFIGS}{config.uid}/")
         assert response.status_code == 403
         assert response.json()["detail"] == (
-            "this credential belongs to module keda; ModuleConfig kcp-system/k1-serverless is module serverless"
+            "this credential belongs to module keda; "
+            "ModuleConfig kcp-system/k1-serverless is module serverless"
         )
 
     def test_given_keda_credential_when_listing_serverless_configs_then_403(self, fleet):
