@@ -18,7 +18,7 @@ from django.utils.html import format_html
 from django.utils.timesince import timesince
 from rest_framework.authtoken import admin as authtoken_admin
 
-from kernel.api_tokens import api_token_issue
+from kernel.api_tokens import api_token_issue, key_revoke
 from kernel.fields import BoundedJSONField
 from kernel.filtersets import FilterSetAdmin
 from kernel.models import ApiToken
@@ -194,11 +194,17 @@ if admin.site.is_registered(authtoken_admin.TokenProxy):
 class ApiTokenAdmin(admin.ModelAdmin):
     """Tokens by name, owner and prefix; the key is shown once, on the page after adding."""
 
-    list_display = ("name", "user", "key_prefix", "created_at", "expires_at", "last_used_at")
+    list_display = ("name", "user", "key_prefix", "key_state", "created_at", "expires_at", "last_used_at")
     list_filter = ("user",)
     search_fields = ("name", "prefix", "user__username")
-    readonly_fields = ("key_prefix", "created_at", "last_used_at")
+    readonly_fields = ("key_prefix", "key_state", "created_at", "last_used_at", "revoked_at")
+    actions = ("revoke",)
     show_full_result_count = False
+
+    @admin.action(description="Revoke selected tokens", permissions=["change"])
+    def revoke(self, request: HttpRequest, queryset: QuerySet) -> None:
+        done = sum(key_revoke(token) for token in queryset)
+        messages.success(request, f"Revoked {done} token(s); their keys answer 401 from now on.")
 
     @admin.display(description="key", ordering="prefix")
     def key_prefix(self, obj: ApiToken) -> str:
@@ -207,7 +213,16 @@ class ApiTokenAdmin(admin.ModelAdmin):
     def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         if obj is None:
             return ["user", "name", "expires_at"]
-        return ["user", "name", "key_prefix", "created_at", "expires_at", "last_used_at"]
+        return [
+            "user",
+            "name",
+            "key_prefix",
+            "key_state",
+            "created_at",
+            "expires_at",
+            "last_used_at",
+            "revoked_at",
+        ]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
         # A token keeps its owner: moving it would hand someone else a key they never saw made.

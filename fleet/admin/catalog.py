@@ -5,13 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
-from django.contrib import admin
-from django.core.exceptions import ValidationError
-from django.http import HttpRequest
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import Http404, HttpRequest, HttpResponseNotAllowed, HttpResponseRedirect
+from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
 from fleet.filtersets import ModuleConfigFilterSet, ModuleFilterSet, SyncResourceFilterSet
-from fleet.models import Module, ModuleConfig, SyncResource
+from fleet.models import Module, ModuleConfig, ModuleCredential, SyncResource
+from fleet.services import credentials as credential_services
 from fleet.services import modules as module_services
 from kernel.admin import (
     ResourceAdmin,
@@ -22,6 +24,8 @@ from kernel.admin import (
     state_badge,
 )
 from kernel.filtersets import admin_filter
+
+from .module_page import known_cluster_kinds, module_page
 
 
 class ModuleForm(ResourceVersionForm):
@@ -44,6 +48,7 @@ class ModuleAdmin(ResourceAdmin):
     filterset_class = ModuleFilterSet
     search_fields = ModuleFilterSet.search_fields
     readonly_fields = ("uid", "generation", "notify_secret_state", "created_at")
+    change_form_template = "admin/controlplane/module/change_form.html"
 
     @admin.display(description="Channels")
     def channels_column(self, module: Module) -> str:
@@ -69,6 +74,110 @@ class ModuleAdmin(ResourceAdmin):
     def delete_service(self, obj: Module) -> bool:
         module_services.module_delete(module=obj)
         return True
+
+    def render_change_form(
+        self, request: HttpRequest, context: dict, add: bool = False, change: bool = False, **kwargs: Any
+    ) -> Any:
+        module = context.get("original")
+        if module is not None and module.pk:
+            context["module_page"] = module_page(module)
+            context["known_cluster_kinds"] = known_cluster_kinds()
+            context["may_manage_credentials"] = request.user.has_perm("controlplane.add_modulecredential")
+            context["may_revoke_credentials"] = request.user.has_perm("controlplane.change_modulecredential")
+        return super().render_change_form(request, context, add=add, change=change, **kwargs)
+
+
+@admin.register(ModuleCredential)
+class ModuleCredentialAdmin(admin.ModelAdmin):
+    """A module manager's credentials: the key is shown once, on the page after adding; revoking
+    keeps the row (and says when), so the record of who could act for the module stays."""
+
+    list_display = (
+        "name",
+        "module",
+        "key_prefix",
+        "state_column",
+        "created_at",
+        "expires_at",
+        "last_used_at",
+    )
+    list_filter = ("module",)
+    list_select_related = ("module",)
+    search_fields = ("name", "prefix", "module__name")
+    readonly_fields = ("key_prefix", "state_column", "created_by", "created_at", "last_used_at", "revoked_at")
+    actions = ("revoke",)
+    change_form_template = "admin/controlplane/modulecredential/change_form.html"
+    show_full_result_count = False
+
+    @admin.display(description="key", ordering="prefix")
+    def key_prefix(self, obj: ModuleCredential) -> str:
+        return f"{obj.prefix}…" if obj.prefix else "—"
+
+    @admin.display(description="State")
+    def state_column(self, obj: ModuleCredential) -> str:
+        state = obj.key_state
+        return state_badge({"Active": "Ready", "Expired": "Warning", "Revoked": "Error"}[state], state)
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        if obj is None:
+            return ["module", "name", "expires_at"]
+        return ["module", "name", "key_prefix", "state_column", "expires_at", *self.readonly_fields[2:]]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
+        # A credential keeps its module: moving it would let a key act for a module it was not made for.
+        return (*self.readonly_fields, "module") if obj is not None else self.readonly_fields
+
+    def save_model(
+        self, request: HttpRequest, obj: ModuleCredential, form: forms.ModelForm, change: bool
+    ) -> None:
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        obj.created_by = request.user
+        key = credential_services.module_credential_issue(obj)  # the form checked the same rules
+        messages.success(
+            request,
+            format_html(
+                "The key of module {}'s credential “{}”: <code>{}</code> — copy it now; it is not shown "
+                "again.",
+                obj.module.name,
+                obj.name,
+                key,
+            ),
+        )
+
+    @admin.action(description="Revoke selected credentials", permissions=["change"])
+    def revoke(self, request: HttpRequest, queryset: Any) -> None:
+        done = sum(credential_services.module_credential_revoke(credential=c) for c in queryset)
+        messages.success(request, f"Revoked {done} credential(s); their keys answer 401 from now on.")
+
+    def get_urls(self) -> list:
+        urls = [
+            path(
+                "<path:object_id>/revoke/",
+                self.admin_site.admin_view(self.revoke_one_view),
+                name="controlplane_modulecredential_revoke",
+            )
+        ]
+        return urls + super().get_urls()
+
+    def revoke_one_view(self, request: HttpRequest, object_id: str) -> HttpResponseRedirect:
+        """The Revoke buttons of the credential's and the module's pages (POST, change permission)."""
+        credential = self.get_object(request, object_id)
+        if credential is None:
+            raise Http404(f"no module credential with id {object_id!r}")
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not self.has_change_permission(request, credential):
+            raise PermissionDenied
+        if credential_services.module_credential_revoke(credential=credential):
+            messages.success(request, f"Revoked {credential}; its key answers 401 from now on.")
+        back = request.POST.get("next") or ""
+        if back != "module":
+            return HttpResponseRedirect(
+                reverse("admin:controlplane_modulecredential_change", args=[credential.pk])
+            )
+        return HttpResponseRedirect(reverse("admin:controlplane_module_change", args=[credential.module_id]))
 
 
 @admin.register(ModuleConfig)

@@ -37,7 +37,7 @@ KIND_RULE_SCHEMA = schema.obj(
 KINDS_SCHEMA = {"type": "array", "items": KIND_RULE_SCHEMA, "maxItems": 200}
 NAMESPACES_SCHEMA = {
     "type": "array",
-    "items": {"anyOf": [{"const": ANY}, schema.string(pattern=schema.DNS_LABEL)]},
+    "items": schema.string(pattern=schema.DNS_LABEL_OR_ANY),
     "maxItems": 200,
     "uniqueItems": True,
 }

@@ -19,7 +19,13 @@ def module_credential_create(
 ) -> tuple[ModuleCredential, str]:
     """A new credential of ``module``'s manager; returns it with its clear key (shown once)."""
     credential = ModuleCredential(module=module, name=name, expires_at=expires_at, created_by=created_by)
-    return credential, key_issue(credential, marker=MODULE_KEY_MARKER)
+    return credential, module_credential_issue(credential)
+
+
+def module_credential_issue(credential: ModuleCredential) -> str:
+    """Give the unsaved ``credential`` (module, name, expiry set, e.g. by the admin's form) its
+    key, validate and save it; returns the clear key (the only time anyone sees it)."""
+    return key_issue(credential, marker=MODULE_KEY_MARKER)
 
 
 def module_credential_revoke(*, credential: ModuleCredential) -> bool:

@@ -26,6 +26,7 @@ LABEL_KEY = (
 )
 LABEL_VALUE = rf"^({_NAME_PART})?$"
 CHANNEL = r"^[a-z]+$"
+DNS_LABEL_OR_ANY = r"^(\*|[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)$"
 MAX_ANNOTATIONS_BYTES = 256 * 1024
 
 STRING = {"type": "string"}
@@ -170,6 +171,8 @@ PATTERN_RULES = {
     LABEL_VALUE: "must be empty or at most 63 letters, digits, '-', '_' or '.', starting and ending with a "
     "letter or digit",
     CHANNEL: "must be lower-case letters only",
+    DNS_LABEL_OR_ANY: "must be a DNS label (lower-case letters, digits and '-', at most 63 characters) "
+    "or '*'",
 }
 
 
