@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import io
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -233,3 +235,28 @@ class TestStaffManagesCredentials:
         assert response.json()["detail"] == "you may not add module credentials"
         viewer = user_with("controlplane.view_module", "controlplane.view_modulecredential")
         assert viewer.get("/api/v1/modules/keda/credentials/").status_code == 200
+
+
+class TestCommand:
+    def test_given_a_module_when_creating_listing_revoking_from_the_terminal_then_the_key_works_until_revoked(
+        self, fleet
+    ):
+        out = io.StringIO()
+        call_command(
+            "credential", "create", "keda", "cli", "--expires-in-days", "3", stdout=out, stderr=io.StringIO()
+        )
+        key = out.getvalue().strip()
+        assert key.startswith("kcpm_") and client_with(key).get(CONFIGS).status_code == 200
+        listing = io.StringIO()
+        call_command("credential", "list", "keda", stdout=listing)
+        assert "cli" in listing.getvalue() and key not in listing.getvalue()
+        call_command("credential", "revoke", "keda", "cli", stdout=io.StringIO())
+        assert client_with(key).get(CONFIGS).status_code == 401
+
+    def test_given_unknown_module_or_duplicate_name_then_clear_errors(self, fleet):
+        with pytest.raises(CommandError, match="no module 'nope'"):
+            call_command("credential", "create", "nope", "x", stdout=io.StringIO(), stderr=io.StringIO())
+        with pytest.raises(CommandError, match="already has a credential with this name"):
+            call_command(
+                "credential", "create", "keda", "keda-manager", stdout=io.StringIO(), stderr=io.StringIO()
+            )
