@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework.exceptions import AuthenticationFailed, PermissionDenied
 from rest_framework.request import Request
 
@@ -83,3 +84,19 @@ class ModuleScopedPermissions(StaffModelPermissions):
         if credential is not None:
             refuse_other_module(credential, f"{view.kind.kind} {obj.key}", obj.module.name)
         return True
+
+
+class ModuleCredentialScheme(OpenApiAuthenticationExtension):
+    """The OpenAPI security scheme of module credentials (``Token kcpm_…`` or ``Bearer kcpm_…``)."""
+
+    target_class = ModuleCredentialAuthentication
+    name = "moduleCredential"
+
+    def get_security_definition(self, auto_schema: object) -> dict[str, str]:
+        return {
+            "type": "apiKey",
+            "in": "header",
+            "name": "Authorization",
+            "description": "`Token <key>` or `Bearer <key>` with a module manager's credential (`kcpm_…`): "
+            "its module's ModuleConfigs and SyncResources only",
+        }

@@ -193,8 +193,8 @@ class ModuleViewSet(ResourceViewSet):
 
 
 class ModuleScopedViewSet(ResourceReadViewSet):
-    """A kind whose objects belong to a module: module credentials may use ``module_actions`` on
-    their own module's objects; their lists hold only those."""
+    """Objects that belong to a module. A module manager's credential sees and writes only its own
+    module's (lists hold only those; another module's object is 403 naming both modules)."""
 
     permission_classes = (ModuleScopedPermissions,)
     module_actions: ClassVar[frozenset[str]] = frozenset()
