@@ -10,6 +10,7 @@ from django.conf import settings
 
 from fleet.k8s.client import RuntimeAPIError
 from fleet.models import Kyma, KymaState
+from fleet.models.kyma import state_reason_of
 from kernel.timefmt import rfc3339
 
 from . import modules, runtime_kyma
@@ -112,6 +113,8 @@ def finish(ctx: ReconcileContext) -> Outcome:
             owned_module_resources=owned,
             observed_generation=kyma.generation,
             active_channel=kyma.channel,
+            state_reason=state_reason_of(conditions) if state != KymaState.READY else "",
+            status_changed_at=ctx.now,
             last_operation={
                 "operation": message[:500],
                 "lastUpdateTime": rfc3339(ctx.now),
