@@ -201,7 +201,12 @@ class KymaAdmin(ResourceAdmin):
     ) -> Any:
         # The edit form saves or goes back to the Kyma page: no "Save and add another".
         context.update(show_save_and_add_another=False)
+        if change:
+            context["title"] = "Edit Kyma"
         return super().render_change_form(request, context, add=add, change=change, **kwargs)
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:
+        return super().changelist_view(request, {"title": "Kymas", **(extra_context or {})})
 
     def get_urls(self) -> list:
         view = self.admin_site.admin_view

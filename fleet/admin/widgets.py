@@ -19,6 +19,7 @@ from django.utils.datastructures import MultiValueDict
 
 from fleet.models import Module
 from fleet.models.kyma import validate_modules
+from kernel.fields import BoundedJSONField
 
 EXTRA_ROWS = 3
 EDITED = ("name", "channel", "managed", "customResourcePolicy")
@@ -42,10 +43,10 @@ class ModulesWidget(forms.Widget):
         context = super().get_context(name, value, attrs)
         if isinstance(value, str):
             try:
-                value = json.loads(value)
-            except ValueError:
+                value = BoundedJSONField().to_python(value)
+            except ValidationError:
                 value = []
-        modules = [m for m in value or [] if isinstance(m, dict)]
+        modules = [m for m in value or [] if isinstance(m, dict)] if isinstance(value, list) else []
         catalog = _catalog()
         channels = sorted({channel for names in catalog.values() for channel in names})
         rows = []
@@ -95,8 +96,8 @@ class ModulesWidget(forms.Widget):
             if policy != "CreateAndDelete":
                 module["customResourcePolicy"] = policy
             try:
-                extra = json.loads(data.get(f"{prefix}-extra") or "{}")
-            except ValueError:
+                extra = BoundedJSONField().to_python(data.get(f"{prefix}-extra") or "{}")
+            except ValidationError:
                 extra = {}
             if isinstance(extra, dict):
                 module.update({k: v for k, v in extra.items() if k not in EDITED})
@@ -121,10 +122,7 @@ class ModulesField(forms.Field):
         if value in (None, ""):
             return []
         if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except ValueError as exc:
-                raise ValidationError(f"modules: not JSON ({exc})") from exc
+            value = BoundedJSONField().to_python(value)  # refuses documents nested too deep
         if not isinstance(value, list):
             raise ValidationError("modules: a list of modules")
         return value

@@ -14,6 +14,7 @@ from typing import Any
 from django.utils import timezone
 
 from fleet.models import Kyma, KymaState, ModuleConfig, ReconcileRecord, SyncResource
+from kernel import timefmt
 from kernel.documents.dockerconfig import DockerConfigError
 from kernel.documents.yamlio import dump_yaml
 from listener.models import WatchEventRecord
@@ -100,7 +101,7 @@ def _certificate_entries(certificates: list[Certificate]) -> list[TimelineEntry]
                 at=cert.created_at,
                 kind="certificate",
                 title="Certificate renewed" if previous else "Certificate issued",
-                detail=f"{cert.fingerprint[:23]}…, valid until {cert.not_after:%Y-%m-%d %H:%M} UTC{replaces}",
+                detail=f"{cert.fingerprint[:23]}…, valid until {timefmt.display(cert.not_after)}{replaces}",
                 state="Ready" if cert.superseded_at is None else "",
                 label="current" if cert.superseded_at is None else "superseded",
             )

@@ -60,6 +60,7 @@ def failing_groups(overview: selectors.FleetOverview) -> list[dict[str, Any]]:
         {
             "reason": group.reason or "(no reason recorded)",
             "count": group.count,
+            "more": group.count - len(group.kymas),
             "sentence": readable_error(group.reason, "").sentence,
             "url": changelist("controlplane_kyma", state__exact=KymaState.ERROR, reason=group.reason)
             if group.reason

@@ -431,3 +431,26 @@ class TestLive:
         with CaptureQueriesContext(connection) as long:
             admin_client.get(url)
         assert len(long) == len(short)
+
+
+def test_given_a_too_deep_extra_in_a_module_row_then_no_500(admin_client):
+    kyma = KymaFactory(modules=[])
+    url = reverse("admin:controlplane_kyma_edit", args=[kyma.pk])
+    form = admin_client.get(url).context["adminform"].form
+    data = {
+        "namespace": kyma.namespace,
+        "name": kyma.name,
+        "runtime_id": kyma.runtime_id,
+        "channel": "regular",
+        "labels": "{}",
+        "annotations": "{}",
+        "opened_version": form.initial["opened_version"],
+        "modules-count": "1",
+        "modules-0-name": "keda",
+        "modules-0-managed": "on",
+        "modules-0-extra": '{"a": ' * 5000 + "1" + "}" * 5000,
+    }
+    response = admin_client.post(url, data)
+    assert response.status_code == 302
+    kyma.refresh_from_db()
+    assert kyma.modules == [{"name": "keda", "managed": True, "customResourcePolicy": "CreateAndDelete"}]
