@@ -7,9 +7,10 @@ import re
 import pytest
 from django.contrib.auth.models import Permission
 from django.urls import reverse
+from django.utils import timezone
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
-from fleet.models import Kyma, ModuleConfig
+from fleet.models import Kyma, ModuleConfig, ReconcileRecord
 from fleet.services import modules
 from tests.factories import KymaFactory, ModuleFactory, SyncResourceFactory, WatcherFactory
 from tests.fleet.test_api import KUBECONFIG
@@ -219,3 +220,20 @@ def test_given_the_kyma_list_then_reason_modules_and_last_change_columns_sort(ad
     assert [k.name for k in filtered] == ["b-unreachable"]
     by_change = admin_client.get(f"{url}?o=-{headers.index('last_change')}").context["cl"].result_list
     assert len(by_change) == 3
+
+
+def test_given_reconcile_records_then_their_list_says_why_and_what_changed(admin_client):
+    kyma = KymaFactory()
+    record = ReconcileRecord.objects.create(
+        kyma=kyma,
+        started_at=timezone.now(),
+        duration_ms=12,
+        state="Ready",
+        reason="periodic",
+        changes=[{"kind": "spec", "field": "channel", "before": "regular", "after": "fast"}]
+        + [{"kind": "applied", "resource": f"ConfigMap x/c{n}", "action": "created"} for n in range(6)],
+    )
+    html = admin_client.get(reverse("admin:controlplane_reconcilerecord_changelist")).content.decode()
+    assert "<li>channel regular → fast</li>" in html and "<li>… 2 more</li>" in html and ">periodic<" in html
+    detail = admin_client.get(reverse("admin:controlplane_reconcilerecord_change", args=[record.pk]))
+    assert "ConfigMap x/c5 created" in detail.content.decode()
