@@ -155,6 +155,8 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
+# Dates Django renders itself use the admin's one time format (controlplane/formats/en/formats.py).
+FORMAT_MODULE_PATH = ["controlplane.formats"]
 
 STATIC_URL = "static/"
 STATIC_ROOT = STATE_DIR / "static"

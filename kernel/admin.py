@@ -13,11 +13,10 @@ from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
-from django.utils import timezone
 from django.utils.html import format_html
-from django.utils.timesince import timesince
 from rest_framework.authtoken import admin as authtoken_admin
 
+from kernel import timefmt
 from kernel.api_tokens import api_token_issue, key_revoke
 from kernel.fields import BoundedJSONField
 from kernel.filtersets import FilterSetAdmin
@@ -43,10 +42,24 @@ def state_badge(state: str, label: str | None = None) -> str:
     )
 
 
+def when(value: Any, *, stacked: bool = False, empty: str = "—") -> str:
+    """The admin's one time format: ``2026-11-23 09:41:51 UTC`` with ``(5 min ago)`` beside it
+    (below it when ``stacked``, for narrow list columns); accepts RFC 3339 strings from statuses."""
+    moment = timefmt.parse_any(value)
+    if moment is None:
+        return empty if not value else str(value)
+    return format_html(
+        '<time class="cp-time{}" datetime="{}">{}</time> <span class="cp-ago">{}</span>',
+        " cp-time-stacked" if stacked else "",
+        timefmt.rfc3339(moment),
+        timefmt.display(moment),
+        timefmt.relative(moment),
+    )
+
+
 def age(value: Any) -> str:
-    if not value:
-        return "—"
-    return timesince(value, timezone.now()).split(",")[0] + " ago"
+    """A list column's time (absolute with seconds, how long ago below it)."""
+    return when(value, stacked=True)
 
 
 def secret_state(sealed: Any) -> str:

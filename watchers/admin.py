@@ -68,7 +68,7 @@ class WatcherAdmin(ResourceAdmin):
 
     @admin.display(description="Age", ordering="created_at")
     def age_column(self, watcher: Watcher) -> str:
-        return age(watcher.created_at).removesuffix(" ago")
+        return age(watcher.created_at)
 
     def save_model(self, request: HttpRequest, obj: Watcher, form: WatcherForm, change: bool) -> None:
         watcher_save(obj)

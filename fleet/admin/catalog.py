@@ -60,7 +60,7 @@ class ModuleAdmin(ResourceAdmin):
 
     @admin.display(description="Age", ordering="created_at")
     def age_column(self, module: Module) -> str:
-        return age(module.created_at).removesuffix(" ago")
+        return age(module.created_at)
 
     @admin.display(description="Notification key")
     def notify_secret_state(self, module: Module) -> str:

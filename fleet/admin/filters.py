@@ -10,7 +10,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from fleet.filtersets import KymaFilterSet
-from fleet.models import KymaState
+from fleet.models import Kyma, KymaState
 from fleet.selectors import watcher_silent_after
 
 
@@ -50,4 +50,25 @@ class RecordStateFilter(admin.SimpleListFilter):
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
         if self.value():
             return queryset.filter(state=self.value())
+        return queryset
+
+
+class ReasonFilter(admin.SimpleListFilter):
+    """Kymas by why they are in their state (``?reason=Unreachable``): the dashboard's groups of
+    failing runtimes link here with ``state`` too."""
+
+    title = "state reason"
+    parameter_name = "reason"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        reasons = (
+            Kyma.objects.exclude(state_reason="")
+            .order_by("state_reason")
+            .values_list("state_reason", flat=True)
+        )
+        return [(reason, reason) for reason in reasons.distinct()[:50]]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value():
+            return queryset.filter(state_reason=self.value())
         return queryset

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
+from fleet.jobs.selectors import kyma_names, reconcile_outcome
 from fleet.models import Job, JobStatus
-from kernel.admin import ReadOnlyAdmin, age, state_badge
+from kernel.admin import ReadOnlyAdmin, age, state_badge, when
 
 STATUS_STATES = {
     JobStatus.PENDING: "",
@@ -20,10 +23,26 @@ STATUS_STATES = {
     JobStatus.FAILED: "Error",
 }
 TARGETS_SHOWN = 20
+# The job page keeps refreshing this long after the queueing ended, while reconciles are pending.
+FOLLOW_RECONCILES = dt.timedelta(minutes=10)
 
 
 def job_status_badge(job: Job) -> str:
+    """A reconcile job that queued everything says what became of the reconciles: "Queued" while
+    they run, then "Reconciled OK" or how many failed (the job's own status is only the queueing)."""
+    outcome = reconcile_outcome(job)
+    if outcome is not None:
+        return state_badge(outcome.state, outcome.label)
     return state_badge(STATUS_STATES.get(job.status, ""), job.get_status_display())
+
+
+def job_outcome_text(job: Job) -> str:
+    outcome = reconcile_outcome(job)
+    if outcome is not None:
+        return outcome.summary
+    if job.result:
+        return "; ".join(f"{key.replace('_', ' ')}: {value}" for key, value in job.result.items())
+    return job.message or "—"
 
 
 def progress_bar(job: Job, *, large: bool = False) -> str:
@@ -44,18 +63,19 @@ def progress_bar(job: Job, *, large: bool = False) -> str:
 @admin.register(Job)
 class JobAdmin(ReadOnlyAdmin):
     change_form_template = "admin/controlplane/job/change_form.html"
-    list_display = ("__str__", "kind", "status_column", "progress_column", "created_by", "created", "message")
+    list_display = ("__str__", "kind", "status_column", "progress_column", "created_by", "created", "outcome")
     list_filter = ("status", "kind")
     list_select_related = ("created_by",)
+    list_per_page = 25  # each reconcile job's outcome is read from its Kymas' reconcile records
     ordering = ("-created_at", "-id")
-    fields = ("kind", "created_by", "created_at", "started_at", "finished_at", "targets_summary", "result")
+    fields = ("kind", "created_by", "created", "started", "finished", "targets_summary", "outcome")
     readonly_fields = fields
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         queryset = super().get_queryset(request)
         match = getattr(request, "resolver_match", None)
         if match is not None and match.url_name.endswith("_changelist"):
-            queryset = queryset.defer("log", "targets")  # both can be large; the list needs neither
+            queryset = queryset.defer("log")  # large, and the list does not show it
         if request.user.has_perm("controlplane.view_job"):
             return queryset
         return queryset.filter(created_by=request.user)  # staff follow the jobs they started
@@ -80,27 +100,47 @@ class JobAdmin(ReadOnlyAdmin):
     def created(self, job: Job) -> str:
         return age(job.created_at)
 
+    @admin.display(description="Started", ordering="started_at")
+    def started(self, job: Job) -> str:
+        return when(job.started_at)
+
+    @admin.display(description="Finished", ordering="finished_at")
+    def finished(self, job: Job) -> str:
+        return when(job.finished_at)
+
+    @admin.display(description="Outcome")
+    def outcome(self, job: Job) -> str:
+        return job_outcome_text(job)
+
     @admin.display(description="Targets")
     def targets_summary(self, job: Job) -> str:
+        """Kymas by name (linked), not database ids; other targets as "key: value"."""
         ids = job.targets.get("kyma_ids")
         if ids is None:
             return ", ".join(f"{key}: {value}" for key, value in job.targets.items()) or "—"
+        names = kyma_names(ids, TARGETS_SHOWN)
         links = format_html_join(
             ", ",
             '<a href="{}">{}</a>',
-            ((reverse("admin:controlplane_kyma_change", args=[i]), i) for i in ids[:TARGETS_SHOWN]),
+            ((reverse("admin:controlplane_kyma_change", args=[pk]), name) for pk, name in names),
         )
+        gone = min(len(ids), TARGETS_SHOWN) - len(names)
         more = f" and {len(ids) - TARGETS_SHOWN} more" if len(ids) > TARGETS_SHOWN else ""
-        return format_html("{} Kyma(s): {}{}", len(ids), links, more)
+        note = f" ({gone} of these no longer exist)" if gone else ""
+        return format_html("{} Kyma(s): {}{}{}", len(ids), links, more, note)
 
     def render_change_form(
         self, request: HttpRequest, context: dict, add: bool = False, change: bool = False, **kwargs: Any
     ) -> Any:
         job = context.get("original")
         if job is not None:
+            outcome = reconcile_outcome(job)
+            recent = job.finished_at is not None and timezone.now() - job.finished_at < FOLLOW_RECONCILES
+            waiting = outcome is not None and outcome.pending > 0 and recent
             context.update(
                 job_status=job_status_badge(job),
                 job_progress=progress_bar(job, large=True),
-                refresh_seconds=2 if not job.is_finished else None,
+                job_outcome=outcome,
+                refresh_seconds=2 if not job.is_finished or waiting else None,
             )
         return super().render_change_form(request, context, add=add, change=change, **kwargs)

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import BooleanField, ExpressionWrapper, Q, QuerySet
-from django.http import Http404, HttpRequest, HttpResponseNotAllowed, HttpResponseRedirect
+from django.db.models.functions import Coalesce, Greatest
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
+from django.utils.html import format_html
 
-from fleet.dashboard.kyma import kyma_page
+from fleet.dashboard.kyma import kyma_live, kyma_page
 from fleet.filtersets import KymaFilterSet
 from fleet.jobs import services as job_services
 from fleet.k8s.kubeconfig import parse_kubeconfig
@@ -31,9 +34,11 @@ from kernel.admin import (
 from kernel.errors import ApplicationError
 from kernel.filtersets import admin_filter
 
-from .filters import WatcherFilter
+from .filters import ReasonFilter, WatcherFilter
+from .widgets import ModulesField
 
-# Above this many selected Kymas, "Reconcile now" runs as a job with a progress page.
+MODULES_SHOWN = 3  # in the list; the rest as "+N" (all of them in the tooltip)
+LIVE_SECONDS = 3  # how often the Kyma page asks for its live part
 
 
 class KymaForm(ResourceVersionForm):
@@ -42,6 +47,7 @@ class KymaForm(ResourceVersionForm):
         help_text="Paste to replace the stored kubeconfig. The stored one is encrypted and never shown.",
     )
     kubeconfig_clear = forms.BooleanField(label="Remove the stored kubeconfig", required=False)
+    modules = ModulesField()
 
     class Meta:
         model = Kyma
@@ -76,18 +82,20 @@ class KymaForm(ResourceVersionForm):
 class KymaAdmin(ResourceAdmin):
     form = KymaForm
     list_display = (
-        "name",
-        "namespace",
+        "name_column",
         "state_column",
+        "reason_column",
+        "modules_column",
         "channel",
-        "runtime_id",
+        "last_change",
         "last_reconcile",
         "watcher_column",
-        "age_column",
     )
+    list_display_links = ("name_column",)
     filterset_class = KymaFilterSet
     list_filter = (
         admin_filter(KymaFilterSet, "state"),
+        ReasonFilter,
         WatcherFilter,
         admin_filter(KymaFilterSet, "channel"),
         admin_filter(KymaFilterSet, "namespace"),
@@ -95,10 +103,10 @@ class KymaAdmin(ResourceAdmin):
     search_fields = ("name", "runtime_id", "skr_domain")
     ordering = ("namespace", "name")
     actions = ("reconcile_now",)
-    change_form_template = "admin/controlplane/kyma/change_form.html"
-    save_on_top = True
+    change_form_template = "admin/controlplane/kyma/edit_form.html"
+    page_template = "admin/controlplane/kyma/page.html"
+    live_template = "admin/controlplane/kyma/live.html"
     changelist_defer = (
-        "modules",
         "conditions",
         "module_status",
         "last_operation",
@@ -106,20 +114,7 @@ class KymaAdmin(ResourceAdmin):
         "annotations",
         "kubeconfig",
     )
-    readonly_fields = (
-        "uid",
-        "generation",
-        "kubeconfig_state",
-        "state_column",
-        "last_operation_text",
-        "observed_generation",
-        "last_reconcile_at",
-        "next_reconcile_at",
-        "error_streak",
-        "watcher_column",
-        "deletion_timestamp",
-        "created_at",
-    )
+    readonly_fields = ("uid", "generation", "kubeconfig_state", "deletion_timestamp", "created_at")
     fieldsets = (
         (None, {"fields": ("namespace", "name", "runtime_id", "skr_domain", "channel")}),
         ("Modules", {"fields": ("modules", "skip_maintenance_windows")}),
@@ -131,37 +126,48 @@ class KymaAdmin(ResourceAdmin):
                 "classes": ("collapse",),
             },
         ),
-        (
-            "Status",
-            {
-                "fields": (
-                    "state_column",
-                    "last_operation_text",
-                    "observed_generation",
-                    "last_reconcile_at",
-                    "next_reconcile_at",
-                    "error_streak",
-                    "watcher_column",
-                )
-            },
-        ),
     )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         has_kubeconfig = ExpressionWrapper(~Q(kubeconfig=""), output_field=BooleanField())
-        return super().get_queryset(request).annotate(has_kubeconfig=has_kubeconfig)
+        last_change = Greatest("updated_at", Coalesce("status_changed_at", "updated_at"))
+        return (
+            super().get_queryset(request).annotate(has_kubeconfig=has_kubeconfig, last_change_at=last_change)
+        )
+
+    @admin.display(description="Kyma", ordering="name")
+    def name_column(self, kyma: Kyma) -> str:
+        return format_html(
+            '<strong>{}</strong><br><span class="cp-muted cp-small">{} · {}</span>',
+            kyma.name,
+            kyma.namespace,
+            kyma.runtime_id,
+        )
 
     @admin.display(description="State", ordering="state")
     def state_column(self, kyma: Kyma) -> str:
         return state_badge(kyma.state)
 
+    @admin.display(description="Reason", ordering="state_reason")
+    def reason_column(self, kyma: Kyma) -> str:
+        return kyma.state_reason or "—"
+
+    @admin.display(description="Modules")
+    def modules_column(self, kyma: Kyma) -> str:
+        names = [m.get("name", "?") for m in kyma.modules or () if isinstance(m, dict)]
+        if not names:
+            return "—"
+        shown = ", ".join(names[:MODULES_SHOWN])
+        more = f" +{len(names) - MODULES_SHOWN}" if len(names) > MODULES_SHOWN else ""
+        return format_html('<span title="{}">{}{}</span>', ", ".join(names), shown, more)
+
+    @admin.display(description="Last change", ordering="last_change_at")
+    def last_change(self, kyma: Kyma) -> str:
+        return age(getattr(kyma, "last_change_at", None) or kyma.updated_at)
+
     @admin.display(description="Last reconcile", ordering="last_reconcile_at")
     def last_reconcile(self, kyma: Kyma) -> str:
         return age(kyma.last_reconcile_at)
-
-    @admin.display(description="Age", ordering="created_at")
-    def age_column(self, kyma: Kyma) -> str:
-        return age(kyma.created_at).removesuffix(" ago")
 
     @admin.display(description="Kubeconfig")
     def kubeconfig_state(self, kyma: Kyma) -> str:
@@ -177,12 +183,8 @@ class KymaAdmin(ResourceAdmin):
             return state_badge("Warning", "never heard") if has_kubeconfig else "—"
         window = watcher_silent_after()
         if window and seen < timezone.now() - window:
-            return state_badge("Warning", f"silent, {age(seen)}")
+            return format_html("{}<br>{}", state_badge("Warning", "silent"), age(seen))
         return age(seen)
-
-    @admin.display(description="Last operation")
-    def last_operation_text(self, kyma: Kyma) -> str:
-        return json.dumps(kyma.last_operation) if kyma.last_operation else "—"
 
     def save_model(self, request: HttpRequest, obj: Kyma, form: KymaForm, change: bool) -> None:
         kyma_services.kyma_save(obj)
@@ -197,20 +199,90 @@ class KymaAdmin(ResourceAdmin):
     def render_change_form(
         self, request: HttpRequest, context: dict, add: bool = False, change: bool = False, **kwargs: Any
     ) -> Any:
-        kyma = context.get("original")
-        if kyma is not None and kyma.pk:
-            context["kyma_page"] = kyma_page(kyma)
+        # The edit form saves or goes back to the Kyma page: no "Save and add another".
+        context.update(show_save_and_add_another=False)
+        if change:
+            context["title"] = "Edit Kyma"
         return super().render_change_form(request, context, add=add, change=change, **kwargs)
 
+    def changelist_view(self, request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:
+        return super().changelist_view(request, {"title": "Kymas", **(extra_context or {})})
+
     def get_urls(self) -> list:
+        view = self.admin_site.admin_view
         urls = [
             path(
                 "<path:object_id>/reconcile/",
-                self.admin_site.admin_view(self.reconcile_one_view),
+                view(self.reconcile_one_view),
                 name="controlplane_kyma_reconcile",
-            )
+            ),
+            path("<path:object_id>/edit/", view(self.edit_view), name="controlplane_kyma_edit"),
+            path("<path:object_id>/live/", view(self.live_view), name="controlplane_kyma_live"),
         ]
         return urls + super().get_urls()
+
+    def _viewable(self, request: HttpRequest, object_id: str) -> Kyma:
+        kyma = self.get_object(request, unquote(object_id))
+        if kyma is None:
+            raise Http404(f"no Kyma with id {object_id!r}")
+        if not self.has_view_or_change_permission(request, kyma):
+            raise PermissionDenied
+        return kyma
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict | None = None
+    ) -> HttpResponse:
+        """The Kyma page: a read view (status, conditions, modules, timeline, manifests). Editing
+        is its own view (``edit/``); a POST here is taken as that form's, for older clients."""
+        if request.method == "POST":
+            return self.edit_view(request, object_id, form_url, extra_context)
+        kyma = self._viewable(request, object_id)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Kyma {kyma.namespace}/{kyma.name}",
+            "subtitle": None,
+            "opts": self.opts,
+            "original": kyma,
+            "kyma_page": kyma_page(kyma),
+            "has_change_permission": self.has_change_permission(request, kyma),
+            "has_delete_permission": self.has_delete_permission(request, kyma),
+            "live_url": reverse("admin:controlplane_kyma_live", args=[kyma.pk]),
+            "live_seconds": LIVE_SECONDS,
+            **(extra_context or {}),
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, self.page_template, context)
+
+    def edit_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict | None = None
+    ) -> HttpResponse:
+        """The edit form (the admin's change form), with the resourceVersion check."""
+        return self.changeform_view(request, object_id, form_url, extra_context)
+
+    def live_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """The live part of the Kyma page as an HTML fragment, for the page's poll (same origin,
+        behind the admin's session like every admin page)."""
+        if request.method != "GET":
+            return HttpResponseNotAllowed(["GET"])
+        kyma = self._viewable(request, object_id)
+        response = TemplateResponse(request, self.live_template, {"live": kyma_live(kyma), "original": kyma})
+        response["Cache-Control"] = "no-store"
+        return response
+
+    def response_change(self, request: HttpRequest, obj: Kyma) -> HttpResponse:
+        """After saving: back to the Kyma page (or the form again with "Save and continue")."""
+        response = super().response_change(request, obj)
+        if "_continue" in request.POST or "_saveasnew" in request.POST:
+            return response
+        return HttpResponseRedirect(reverse("admin:controlplane_kyma_change", args=[obj.pk]))
+
+    def response_add(
+        self, request: HttpRequest, obj: Kyma, post_url_continue: str | None = None
+    ) -> HttpResponse:
+        response = super().response_add(request, obj, post_url_continue)
+        if "_continue" in request.POST or "_addanother" in request.POST:
+            return response
+        return HttpResponseRedirect(reverse("admin:controlplane_kyma_change", args=[obj.pk]))
 
     def reconcile_one_view(self, request: HttpRequest, object_id: str) -> HttpResponseRedirect:
         """The Kyma page's "Reconcile now" button (POST only; needs the change permission)."""

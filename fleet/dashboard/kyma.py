@@ -13,7 +13,8 @@ from typing import Any
 
 from django.utils import timezone
 
-from fleet.models import Kyma, ModuleConfig, ReconcileRecord, SyncResource
+from fleet.models import Kyma, KymaState, ModuleConfig, ReconcileRecord, SyncResource
+from kernel import timefmt
 from kernel.documents.dockerconfig import DockerConfigError
 from kernel.documents.yamlio import dump_yaml
 from listener.models import WatchEventRecord
@@ -21,6 +22,8 @@ from pki import services as pki_services
 from pki.models import Certificate, CertificatePurpose
 from watchers.models import Watcher
 from watchers.rendering import redacted, runtime_watcher_resources
+
+from .readable import Readable, readable_error
 
 EVENTS_SHOWN = 50
 RECONCILES_SHOWN = 50
@@ -31,16 +34,23 @@ PLACEHOLDER = b"<no certificate issued yet>"
 
 @dataclass(frozen=True)
 class TimelineEntry:
-    """One thing that happened to the Kyma: an event received, a reconcile, a certificate."""
+    """One thing that happened to the Kyma: an event received, a reconcile, a certificate.
+
+    ``changes`` are sentences (``channel regular → fast``) from the structured entries a reconcile
+    recorded (:func:`fleet.models.records.describe_change`), ``why`` the reason it ran, and
+    ``problem`` an error as one sentence with its raw text folded away."""
 
     at: dt.datetime
-    kind: str  # "event" | "reconcile" | "certificate"
+    kind: str  # "event" | "reconcile" | "certificate", or any other source's kind
     title: str
     detail: str = ""
     state: str = ""  # a Kyma state, for the badge
     label: str = ""  # the badge's text
     count: int = 1
     duration_ms: int | None = None
+    why: str = ""
+    changes: tuple[str, ...] = ()
+    problem: Readable | None = None
 
 
 def _event_entry(event: WatchEventRecord) -> TimelineEntry:
@@ -58,15 +68,25 @@ def _event_entry(event: WatchEventRecord) -> TimelineEntry:
 
 
 def _reconcile_entry(record: ReconcileRecord) -> TimelineEntry:
+    failed = record.state == KymaState.ERROR
+    problem = readable_error("", record.message) if failed and record.message else None
     writes = f"{record.runtime_writes} runtime write(s)"
+    changes = tuple(record.change_lines())
+    if not failed and record.message and not changes:
+        writes = f"{writes}. {record.message}"
+    elif not changes and not failed:
+        writes = f"{writes}, nothing changed" if not record.runtime_writes else writes
     return TimelineEntry(
         at=record.started_at,
         kind="reconcile",
         title="Reconcile",
-        detail=f"{writes}. {record.message}" if record.message else writes,
+        detail=writes,
         state=record.state,
         label=record.state or "—",
         duration_ms=record.duration_ms,
+        why=record.reason_text,
+        changes=changes,
+        problem=problem,
     )
 
 
@@ -81,7 +101,7 @@ def _certificate_entries(certificates: list[Certificate]) -> list[TimelineEntry]
                 at=cert.created_at,
                 kind="certificate",
                 title="Certificate renewed" if previous else "Certificate issued",
-                detail=f"{cert.fingerprint[:23]}…, valid until {cert.not_after:%Y-%m-%d %H:%M} UTC{replaces}",
+                detail=f"{cert.fingerprint[:23]}…, valid until {timefmt.display(cert.not_after)}{replaces}",
                 state="Ready" if cert.superseded_at is None else "",
                 label="current" if cert.superseded_at is None else "superseded",
             )
@@ -127,6 +147,14 @@ class ModuleRow:
     status: dict[str, Any] | None = None
     config: ModuleConfig | None = None
     syncs: list[SyncSummary] = field(default_factory=list)
+    stale: bool = False  # the runtime is unreachable: ``status`` is the last state known
+
+    @property
+    def shown_state(self) -> str:
+        """ "Unknown" while the runtime cannot be read; else the state it reported."""
+        if self.status is None:
+            return ""
+        return "Unknown" if self.stale else self.status.get("state") or "New"
 
 
 def _sync_summary(resource: SyncResource) -> SyncSummary:
@@ -139,12 +167,19 @@ def _sync_summary(resource: SyncResource) -> SyncSummary:
     return SyncSummary(resource, resource.state, counts, problem)
 
 
+def runtime_unreachable(kyma: Kyma) -> dict[str, Any] | None:
+    """The Runtime condition when it says the runtime cannot be read (module states are stale)."""
+    condition = kyma.condition("Runtime")
+    return condition if condition and condition.get("status") == "False" else None
+
+
 def kyma_modules(kyma: Kyma) -> list[ModuleRow]:
     """The Kyma's modules with their ModuleConfig and SyncResources (two queries)."""
     rows: dict[str, ModuleRow] = {}
+    stale = runtime_unreachable(kyma) is not None
 
     def row(name: str) -> ModuleRow:
-        return rows.setdefault(name, ModuleRow(name=name))
+        return rows.setdefault(name, ModuleRow(name=name, stale=stale))
 
     for module in kyma.module_entries():
         row(module["name"]).spec = module
@@ -210,20 +245,92 @@ def kyma_watcher_manifests(kyma: Kyma, certificates: list[Certificate]) -> Watch
     return WatcherManifests(yaml=dump_yaml(docs), certificate=current, note=note)
 
 
+@dataclass(frozen=True)
+class ConditionRow:
+    type: str
+    status: str
+    reason: str
+    problem: Readable
+    since: str
+
+
+def kyma_conditions(kyma: Kyma) -> list[ConditionRow]:
+    """Conditions with their message as one sentence (the raw message folded beneath)."""
+    rows = []
+    for condition in kyma.conditions or ():
+        status, reason, message = (
+            condition.get("status", ""),
+            condition.get("reason", ""),
+            condition.get("message", ""),
+        )
+        problem = readable_error(reason, message) if status != "True" else Readable(message, "")
+        rows.append(
+            ConditionRow(
+                condition.get("type", ""), status, reason, problem, condition.get("lastTransitionTime", "")
+            )
+        )
+    return rows
+
+
+def kyma_problem(kyma: Kyma) -> Readable | None:
+    """Why a Kyma is not Ready, as one sentence: its first condition that is not True."""
+    if kyma.state in ("", KymaState.READY):
+        return None
+    for condition in kyma.conditions or ():
+        if condition.get("status") != "True":
+            return readable_error(condition.get("reason", ""), condition.get("message", ""))
+    operation = (kyma.last_operation or {}).get("operation", "")
+    return readable_error("", operation) if kyma.state == KymaState.ERROR and operation else None
+
+
 @dataclass
-class KymaPage:
+class KymaLive:
+    """The parts of the page that change while one looks at it (polled by the page's script)."""
+
+    kyma: Kyma
+    problem: Readable | None
+    unreachable: dict[str, Any] | None
+    conditions: list[ConditionRow]
     timeline: list[TimelineEntry]
     modules: list[ModuleRow]
-    manifests: WatcherManifests
     certificates: list[Certificate]
+    certificate: Certificate | None
+
+
+@dataclass
+class KymaPage:
+    live: KymaLive
+    manifests: WatcherManifests
+
+    @property
+    def timeline(self) -> list[TimelineEntry]:
+        return self.live.timeline
+
+    @property
+    def modules(self) -> list[ModuleRow]:
+        return self.live.modules
+
+    @property
+    def certificates(self) -> list[Certificate]:
+        return self.live.certificates
+
+
+def kyma_live(kyma: Kyma) -> KymaLive:
+    """Status, conditions, modules and timeline (six queries, whatever the history)."""
+    certificates = kyma_certificates(kyma)
+    return KymaLive(
+        kyma=kyma,
+        problem=kyma_problem(kyma),
+        unreachable=runtime_unreachable(kyma),
+        conditions=kyma_conditions(kyma),
+        timeline=kyma_timeline(kyma, certificates),
+        modules=kyma_modules(kyma),
+        certificates=certificates,
+        certificate=next((cert for cert in certificates if cert.superseded_at is None), None),
+    )
 
 
 def kyma_page(kyma: Kyma) -> KymaPage:
     """What the Kyma's admin page shows beyond its fields (seven queries, whatever the history)."""
-    certificates = kyma_certificates(kyma)
-    return KymaPage(
-        timeline=kyma_timeline(kyma, certificates),
-        modules=kyma_modules(kyma),
-        manifests=kyma_watcher_manifests(kyma, certificates),
-        certificates=certificates,
-    )
+    live = kyma_live(kyma)
+    return KymaPage(live=live, manifests=kyma_watcher_manifests(kyma, live.certificates))

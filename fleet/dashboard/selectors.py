@@ -9,7 +9,9 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
-from django.db.models import Count, IntegerField, QuerySet, Sum, Value
+from django.db.models import Count, F, IntegerField, QuerySet, Sum, Value
+from django.db.models import Window as Ranked
+from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from fleet.models import Job, Kyma, KymaState, ReconcileRecord
@@ -20,7 +22,8 @@ from pki.metrics import EXPIRING_WITHIN, OVERDUE_AFTER
 
 WINDOW_MINUTES = 60
 LATENCY_SAMPLE = 2000
-FAILING_SHOWN = 20
+REASONS_SHOWN = 12  # groups of failing runtimes (the rest: one "other reasons" line)
+PER_REASON_SHOWN = 10  # Kymas listed under each reason (the group links to all of them)
 JOBS_SHOWN = 5
 FAILING_FIELDS = (
     "id",
@@ -28,6 +31,7 @@ FAILING_FIELDS = (
     "name",
     "runtime_id",
     "state",
+    "state_reason",
     "conditions",
     "last_operation",
     "last_reconcile_at",
@@ -130,14 +134,49 @@ def error_condition(kyma: Kyma) -> tuple[str, str, str]:
     return "", operation.get("operation", ""), operation.get("lastUpdateTime", "")
 
 
-def failing_runtimes(limit: int = FAILING_SHOWN) -> list[FailingRuntime]:
-    """Kymas in state Error, the most recently reconciled first."""
-    kymas = (
+@dataclass(frozen=True)
+class FailingGroup:
+    """Kymas in Error for one reason: how many, and the most recently reconciled few."""
+
+    reason: str
+    count: int
+    kymas: list[FailingRuntime]
+
+
+def failing_by_reason(
+    groups: int = REASONS_SHOWN, per_group: int = PER_REASON_SHOWN
+) -> tuple[list[FailingGroup], int]:
+    """Kymas in Error grouped by reason, the largest group first, and how many Kymas fall in the
+    groups not shown. Two queries whatever the fleet: the counts, and the newest ``per_group`` of
+    every shown group at once (a window function ranks them)."""
+    counts = list(
         Kyma.objects.filter(state=KymaState.ERROR)
-        .only(*FAILING_FIELDS)
-        .order_by("-last_reconcile_at", "-updated_at", "-id")[:limit]
+        .values_list("state_reason")
+        .annotate(n=Count("id"))
+        .order_by("-n", "state_reason")
     )
-    return [FailingRuntime(kyma, *error_condition(kyma)) for kyma in kymas]
+    shown, rest = counts[:groups], counts[groups:]
+    reasons = [reason for reason, _ in shown]
+    ranked = (
+        Kyma.objects.filter(state=KymaState.ERROR, state_reason__in=reasons)
+        .only(*FAILING_FIELDS)
+        .annotate(
+            rank=Ranked(
+                RowNumber(),
+                partition_by=[F("state_reason")],
+                order_by=[F("last_reconcile_at").desc(nulls_last=True), F("id").desc()],
+            )
+        )
+        .filter(rank__lte=per_group)
+        .order_by("state_reason", "rank")
+    )
+    members: dict[str, list[FailingRuntime]] = {}
+    for kyma in ranked if reasons else ():
+        members.setdefault(kyma.state_reason, []).append(FailingRuntime(kyma, *error_condition(kyma)))
+    return (
+        [FailingGroup(reason, count, members.get(reason, [])) for reason, count in shown],
+        sum(count for _, count in rest),
+    )
 
 
 @dataclass
@@ -153,8 +192,9 @@ class FleetOverview:
     latency: Latency
     certificates_expiring: int
     renewals_overdue: int
-    failing: list[FailingRuntime]
-    jobs: list[Job] = field(default_factory=list)
+    failing_groups: list[FailingGroup]
+    failing_other: int  # Kymas in Error under reasons beyond the groups shown
+    jobs: list[Job] = field(default_factory=list)  # Kymas in Error under reasons beyond the groups shown
 
     @property
     def kymas(self) -> int:
@@ -170,9 +210,10 @@ class FleetOverview:
 
 
 def fleet_overview(now: dt.datetime | None = None) -> FleetOverview:
-    """The dashboard's figures: nine queries, each an aggregate or a short bounded list."""
+    """The dashboard's figures: ten queries, each an aggregate or a short bounded list."""
     now = now or timezone.now()
     window = Window.ending(now)
+    groups, other = failing_by_reason()
     return FleetOverview(
         now=now,
         window=window,
@@ -183,6 +224,7 @@ def fleet_overview(now: dt.datetime | None = None) -> FleetOverview:
         latency=reconcile_latency(window.start),
         certificates_expiring=pki_selectors.certificates_expiring(EXPIRING_WITHIN, now).count(),
         renewals_overdue=pki_selectors.renewals_overdue(OVERDUE_AFTER, now).count(),
-        failing=failing_runtimes(),
-        jobs=list(Job.objects.select_related("created_by").defer("targets", "log")[:JOBS_SHOWN]),
+        jobs=list(Job.objects.select_related("created_by").defer("log")[:JOBS_SHOWN]),
+        failing_groups=groups,
+        failing_other=other,
     )

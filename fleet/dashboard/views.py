@@ -13,12 +13,14 @@ from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
+from fleet.admin.jobs import job_outcome_text, job_status_badge
 from fleet.admin.records import ReconcileRecordAdmin
 from fleet.models import KymaState
 from fleet.selectors import watcher_silent_after
 
 from . import selectors
 from .charts import BarChart, bar_chart
+from .readable import readable_error
 
 # The admin's ``o`` parameter sorts by a list_display position: "slowest first".
 DURATION_COLUMN = ReconcileRecordAdmin.list_display.index("duration_ms")
@@ -50,6 +52,25 @@ def _minute_chart(values: list[int], window: selectors.Window, model: str, colum
             for minute in minutes
         ],
     )
+
+
+def failing_groups(overview: selectors.FleetOverview) -> list[dict[str, Any]]:
+    """Each reason with its count, one sentence, the link to all its Kymas, and the newest few."""
+    return [
+        {
+            "reason": group.reason or "(no reason recorded)",
+            "count": group.count,
+            "more": group.count - len(group.kymas),
+            "sentence": readable_error(group.reason, "").sentence,
+            "url": changelist("controlplane_kyma", state__exact=KymaState.ERROR, reason=group.reason)
+            if group.reason
+            else changelist("controlplane_kyma", state__exact=KymaState.ERROR),
+            "rows": [
+                {"runtime": row, "problem": readable_error(row.reason, row.message)} for row in group.kymas
+            ],
+        }
+        for group in overview.failing_groups
+    ]
 
 
 def fleet_context(overview: selectors.FleetOverview) -> dict[str, Any]:
@@ -93,6 +114,11 @@ def fleet_context(overview: selectors.FleetOverview) -> dict[str, Any]:
         "reconciles_per_minute": round(overview.reconciles_total / window.minutes, 1),
         "events_per_minute": round(overview.events_total / window.minutes, 1),
         "silent_after": int(watcher_silent_after().total_seconds()),
+        "failing_groups": failing_groups(overview),
+        "jobs": [
+            {"job": job, "status": job_status_badge(job), "outcome": job_outcome_text(job)}
+            for job in overview.jobs
+        ],
     }
 
 

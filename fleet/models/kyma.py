@@ -58,6 +58,15 @@ def validate_modules(value: object) -> None:
         raise ValidationError(problems)
 
 
+def state_reason_of(conditions: list[dict]) -> str:
+    """The reason of the first condition that is not True (conditions come in a fixed order, the
+    runtime's reachability first), or "" when every condition holds."""
+    for condition in conditions or ():
+        if isinstance(condition, dict) and condition.get("status") != "True":
+            return str(condition.get("reason") or "")[:64]
+    return ""
+
+
 class KymaState(models.TextChoices):
     """Upstream's states; the empty state means "not reconciled yet"."""
 
@@ -121,6 +130,10 @@ class Kyma(NamespacedResourceModel):
     # last reconcile. Kept apart because upstream's status.modules has no place for the policy.
     owned_module_resources = models.JSONField(default=dict, blank=True, editable=False)
     active_channel = models.CharField(max_length=32, blank=True)
+    # Why the Kyma is in its state (the reason of its first condition that is not True; empty when
+    # all are), and when the reconciler last changed the status: the list sorts and groups by both.
+    state_reason = models.CharField(max_length=64, blank=True)
+    status_changed_at = models.DateTimeField(null=True, blank=True)
 
     # Scheduling of reconciles (see fleet.queue.requests).
     last_reconcile_at = models.DateTimeField(null=True, blank=True)
@@ -159,6 +172,7 @@ class Kyma(NamespacedResourceModel):
             models.Index(fields=["state", "name"], name="kyma_state_name"),
             models.Index(fields=["next_reconcile_at"], name="kyma_next_reconcile"),
             models.Index(fields=["name"], name="kyma_name"),
+            models.Index(fields=["state", "state_reason"], name="kyma_state_reason"),
         ]
         ordering = ["namespace", "name"]
 

@@ -1,12 +1,71 @@
-"""What reconciles did, for the Kyma timeline and the dashboard (bounded per Kyma)."""
+"""What reconciles did, for the Kyma timeline and the dashboard (bounded per Kyma).
+
+A record says why the reconcile ran (``reason``, from the request that queued it) and what it
+changed (``changes``): a list of small JSON objects, each with a ``kind`` and the details of that
+kind. Known kinds (below) read as sentences; any other kind is shown all the same (its ``text``,
+else its fields), so a new step of the reconciler can add entries without touching the pages.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import models
+
+CHANGES_KEPT = 50  # per record: a reconcile that touched more says how many it left out
+
+# Request reasons (see ``fleet.queue.request``) by what an operator asks: why did this run?
+REASON_LABELS = {
+    "watch-event": "event from the runtime",
+    "periodic": "periodic",
+    "watcher-silent": "periodic (runtime watcher silent)",
+    "requested by a user": "user request",
+    "spec changed": "spec changed in the control plane",
+    "kubeconfig changed": "kubeconfig changed",
+    "deletion": "deletion",
+    "module status reported": "module manager reported a status",
+}
+
+
+def reason_label(reason: str) -> str:
+    """``watch-event`` → "event from the runtime"; a job's reconcile is a user request too."""
+    if reason.startswith("job "):
+        return f"user request ({reason})"
+    return REASON_LABELS.get(reason, reason or "unknown")
+
+
+def _value(value: Any) -> str:
+    if value is None or value == "" or value == []:
+        return "∅"
+    if isinstance(value, list | dict):
+        return ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+    return str(value)
+
+
+def describe_change(change: dict[str, Any]) -> str:
+    """One change as a sentence: ``channel regular → fast``, ``module keda added``, ..."""
+    kind = change.get("kind", "")
+    where = f" ({change['source']})" if change.get("source") else ""
+    if kind == "spec":
+        return f"{change.get('field')} {_value(change.get('before'))} → {_value(change.get('after'))}{where}"
+    if kind in ("module-added", "module-removed"):
+        return f"module {change.get('module')} {kind.removeprefix('module-')}{where}"
+    if kind == "module-state":
+        return (
+            f"module {change.get('module')}: {_value(change.get('before'))} → {_value(change.get('after'))}"
+        )
+    if kind in ("applied", "removed"):
+        action = change.get("action") or kind
+        return f"{change.get('resource')} {action}"
+    if change.get("text"):
+        return str(change["text"])
+    details = ", ".join(f"{key}={_value(value)}" for key, value in change.items() if key != "kind")
+    return f"{kind}: {details}" if details else kind or "change"
 
 
 class ReconcileRecord(models.Model):
-    """One finished reconcile: when it started, how long it took, what state it left."""
+    """One finished reconcile: when it started, why, how long it took, what state it left and what
+    it changed."""
 
     kyma = models.ForeignKey("controlplane.Kyma", on_delete=models.CASCADE, related_name="reconciles")
     started_at = models.DateTimeField()
@@ -14,6 +73,8 @@ class ReconcileRecord(models.Model):
     state = models.CharField(max_length=16, blank=True)
     runtime_writes = models.PositiveIntegerField(default=0)
     message = models.TextField(blank=True)
+    reason = models.CharField(max_length=100, blank=True)
+    changes = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["-started_at"]
@@ -24,3 +85,10 @@ class ReconcileRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kyma_id} {self.state or '-'} at {self.started_at:%H:%M:%S} ({self.duration_ms} ms)"
+
+    @property
+    def reason_text(self) -> str:
+        return reason_label(self.reason)
+
+    def change_lines(self) -> list[str]:
+        return [describe_change(change) for change in self.changes or () if isinstance(change, dict)]

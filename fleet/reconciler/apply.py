@@ -21,4 +21,12 @@ def apply_if_changed(ctx: ReconcileContext, doc: dict[str, Any]) -> dict[str, An
     if carries_hash(live, doc):
         return live
     ctx.client.apply(doc)
+    ctx.change("applied", resource=resource_name(doc), action="created" if live is None else "updated")
     return None
+
+
+def resource_name(doc: dict[str, Any]) -> str:
+    """``Deployment kyma-system/skr-webhook`` (kind, then namespace/name or the name alone)."""
+    meta = doc.get("metadata") or {}
+    where = "/".join(part for part in (meta.get("namespace"), meta.get("name")) if part)
+    return f"{doc.get('kind')} {where}"

@@ -12,6 +12,7 @@ from typing import Any
 
 from fleet.k8s.client import RuntimeClient
 from fleet.models import Kyma, KymaState
+from fleet.models.records import CHANGES_KEPT
 from kernel.timefmt import rfc3339
 
 TRUE, FALSE, UNKNOWN = "True", "False", "Unknown"
@@ -77,10 +78,21 @@ class ReconcileContext:
     remote_kyma: dict[str, Any] | None = None  # the runtime's Kyma as the reconcile left it
     dropped: set[str] = field(default_factory=set)  # condition types that no longer apply
     recheck_at: dt.datetime | None = None  # reconcile again no later than this
+    # What this reconcile changed, for its record and the Kyma's timeline (fleet.models.records).
+    changes: list[dict[str, Any]] = field(default_factory=list)
 
     def condition(self, type_: str, status: str, reason: str, message: str = "") -> None:
         self.conditions[type_] = (status, reason, message)
         self.dropped.discard(type_)
+
+    def change(self, kind: str, **details: Any) -> None:
+        """Note one change for the timeline: ``ctx.change("spec", field="channel", before=..., after=...)``.
+
+        Any ``kind`` is accepted (the pages render unknown kinds by their ``text`` or fields)."""
+        if len(self.changes) < CHANGES_KEPT:
+            self.changes.append({"kind": kind, **details})
+        elif len(self.changes) == CHANGES_KEPT:
+            self.changes.append({"kind": "more", "text": "more changes not listed"})
 
     def drop_condition(self, type_: str) -> None:
         """Remove a condition from the status (what it watched is gone)."""

@@ -16,6 +16,7 @@ from fleet.k8s.client import Gone
 from fleet.models import KymaState, Module, ModuleConfig
 from fleet.services import modules as module_services
 
+from .apply import resource_name
 from .context import FALSE, TRUE, ModuleOutcome, ReconcileContext
 
 MANAGED_BY = {"operator.kyma-project.io/managed-by": "kyma"}
@@ -128,6 +129,7 @@ def _one(
         live = ctx.client.get(doc["apiVersion"], doc["kind"], meta["name"], meta["namespace"])
         if live is None and entry.get("customResourcePolicy") == "CreateAndDelete":
             live = ctx.client.apply(doc)
+            ctx.change("applied", resource=resource_name(doc), action=f"created (module {module.name})")
     except Gone as exc:
         return ModuleOutcome(
             module.name,
@@ -175,6 +177,8 @@ def owned_resources(ctx: ReconcileContext) -> dict[str, dict[str, Any]]:
 
 def _delete(ctx: ReconcileContext, resource: dict[str, Any]) -> None:
     ctx.client.delete(resource["apiVersion"], resource["kind"], resource["name"], resource.get("namespace"))
+    where = "/".join(part for part in (resource.get("namespace"), resource["name"]) if part)
+    ctx.change("removed", resource=f"{resource['kind']} {where}", action="deleted")
 
 
 def _remove_dropped(ctx: ReconcileContext, enabled: set[str], configs: dict[int, ModuleConfig]) -> None:

@@ -80,4 +80,6 @@ def kyma_reconcile_run(kyma_id: int, *, min_spacing: float = 0.0, reason: str = 
             state=outcome.state,
             runtime_writes=outcome.runtime_writes,
             message=outcome.message[:2000],
+            reason=reason[:100],
+            changes=list(outcome.changes),
         )

@@ -13,6 +13,7 @@ from typing import Any
 
 from fleet.models import Kyma
 from fleet.models.kyma import MODULE_DEFAULTS
+from fleet.models.records import describe_change
 from fleet.services import kymas as kyma_services
 from kernel.documents.hashing import stamped
 from kernel.errors import ValidationFailed
@@ -63,6 +64,7 @@ def sync(ctx: ReconcileContext) -> dict[str, Any]:
     if live is None:
         client.ensure_namespace(NAMESPACE)  # (the Kyma lives there: no need to look while it exists)
         live = client.apply(desired(kyma))
+        ctx.change("applied", resource=f"Kyma {NAMESPACE}/{NAME}", action="created")
         _record(kyma, live, pushed=kyma.generation)
         return live
     live_generation = live.get("metadata", {}).get("generation", 0)
@@ -74,6 +76,9 @@ def sync(ctx: ReconcileContext) -> dict[str, Any]:
         _record(kyma, live, pushed=kyma.generation)
     elif kyma.generation != kyma.pushed_generation:
         live = client.apply(desired(kyma))
+        ctx.change(
+            "applied", resource=f"Kyma {NAMESPACE}/{NAME}", action="updated with the control plane's spec"
+        )
         _record(kyma, live, pushed=kyma.generation)
     labels = live.get("metadata", {}).get("labels") or {}
     if any(labels.get(key) != value for key, value in desired(kyma)["metadata"]["labels"].items()):
@@ -89,6 +94,7 @@ def _adopt(ctx: ReconcileContext, channel: str, modules: list) -> None:
     fails the reconcile, which the task retries, instead of being blamed on the user's spec.
     """
     kyma = ctx.kyma
+    differences = spec_changes(kyma.channel, kyma.module_entries(), channel, modules)
     kyma.channel, kyma.modules = channel, modules
     try:
         kyma_services.kyma_save(kyma, reconcile=False)  # this reconcile goes on with the new spec
@@ -99,7 +105,40 @@ def _adopt(ctx: ReconcileContext, channel: str, modules: list) -> None:
         )
         ctx.messages.append(f"runtime Kyma spec rejected: {exc}")
     else:
-        ctx.messages.append("adopted spec changes made in the runtime")
+        for kind, details in differences:
+            ctx.change(kind, source="made in the runtime", **details)
+        summary = "; ".join(describe_change({"kind": kind, **details}) for kind, details in differences)
+        ctx.messages.append(f"adopted spec changes made in the runtime: {summary or 'defaults only'}")
+
+
+def spec_changes(
+    old_channel: str, old_modules: list, new_channel: str, new_modules: list
+) -> list[tuple[str, dict[str, Any]]]:
+    """Field by field: ``("spec", {field: channel, before: regular, after: fast})``, modules added
+    or removed, and a module's own fields (``modules[keda].channel``) before → after."""
+    found: list[tuple[str, dict[str, Any]]] = []
+    if old_channel != new_channel:
+        found.append(("spec", {"field": "channel", "before": old_channel, "after": new_channel}))
+    old = {m["name"]: {**MODULE_DEFAULTS, **m} for m in old_modules if isinstance(m, dict) and "name" in m}
+    new = {m["name"]: {**MODULE_DEFAULTS, **m} for m in new_modules if isinstance(m, dict) and "name" in m}
+    for name in new.keys() - old.keys():
+        found.append(("module-added", {"module": name}))
+    for name in old.keys() - new.keys():
+        found.append(("module-removed", {"module": name}))
+    for name in sorted(old.keys() & new.keys()):
+        for key in sorted(old[name].keys() | new[name].keys()):
+            if old[name].get(key) != new[name].get(key):
+                found.append(
+                    (
+                        "spec",
+                        {
+                            "field": f"modules[{name}].{key}",
+                            "before": old[name].get(key),
+                            "after": new[name].get(key),
+                        },
+                    )
+                )
+    return sorted(found, key=lambda item: (item[0] != "spec" or "[" in item[1].get("field", ""), str(item)))
 
 
 def _record(kyma: Kyma, live: dict[str, Any], *, pushed: int) -> None:

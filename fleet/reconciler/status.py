@@ -10,6 +10,7 @@ from django.conf import settings
 
 from fleet.k8s.client import RuntimeAPIError
 from fleet.models import Kyma, KymaState
+from fleet.models.kyma import state_reason_of
 from kernel.timefmt import rfc3339
 
 from . import modules, runtime_kyma
@@ -45,6 +46,7 @@ class Outcome:
     state: str
     runtime_writes: int
     message: str = ""
+    changes: tuple[dict, ...] = ()
 
 
 def next_interval(state: str, error_streak: int) -> float:
@@ -111,13 +113,30 @@ def finish(ctx: ReconcileContext) -> Outcome:
             owned_module_resources=owned,
             observed_generation=kyma.generation,
             active_channel=kyma.channel,
+            state_reason=state_reason_of(conditions) if state != KymaState.READY else "",
+            status_changed_at=ctx.now,
             last_operation={
                 "operation": message[:500],
                 "lastUpdateTime": rfc3339(ctx.now),
             },
         )
+    if reached:
+        _note_module_states(ctx, kyma.module_status, module_status)
     Kyma.objects.filter(pk=kyma.pk).update(**fields)
     for name, value in fields.items():
         setattr(kyma, name, value)
     counts = ctx.client.counts if ctx.client is not None else None
-    return Outcome(state, counts.writes if counts else 0, ctx.fatal or "; ".join(ctx.messages))
+    return Outcome(
+        state, counts.writes if counts else 0, ctx.fatal or "; ".join(ctx.messages), tuple(ctx.changes)
+    )
+
+
+def _note_module_states(ctx: ReconcileContext, before: list, after: list) -> None:
+    """A module whose state moved (``keda: Processing → Ready``) goes into the timeline."""
+    old = {m.get("name"): m.get("state") for m in before or () if isinstance(m, dict)}
+    for module in after:
+        previous = old.get(module["name"])
+        if module["name"] in old and previous != module.get("state"):
+            ctx.change("module-state", module=module["name"], before=previous, after=module.get("state"))
+        elif module["name"] not in old:
+            ctx.change("module-state", module=module["name"], before=None, after=module.get("state"))

@@ -17,7 +17,7 @@ from fleet.models import ApplyStrategy, DeletionPolicy, ManifestState, SyncResou
 from kernel.documents.hashing import HASH_ANNOTATION, carries_hash, stamped
 from kernel.timefmt import rfc3339
 
-from .apply import live_object
+from .apply import live_object, resource_name
 from .context import FALSE, TRUE, ModuleOutcome, ReconcileContext
 
 OWNER_ANNOTATION = "controlplane.kyma-project.io/sync-resource"
@@ -76,6 +76,8 @@ def _sync_one(ctx: ReconcileContext, resource: SyncResource, doc: dict[str, Any]
             client.create(doc)
         else:
             client.apply(doc)
+        action = "created" if live is None else "updated"
+        ctx.change("applied", resource=resource_name(doc), action=f"{action} (SyncResource {resource.name})")
     except Temporary:
         raise
     except RuntimeAPIError as exc:
@@ -95,6 +97,12 @@ def _prune(ctx: ReconcileContext, resource: SyncResource, entries: list[dict]) -
         try:
             ctx.client.delete(
                 entry["apiVersion"], entry["kind"], entry["name"], entry.get("namespace") or None
+            )
+            where = "/".join(part for part in (entry.get("namespace"), entry["name"]) if part)
+            ctx.change(
+                "removed",
+                resource=f"{entry['kind']} {where}",
+                action=f"pruned (SyncResource {resource.name})",
             )
         except Temporary:
             raise

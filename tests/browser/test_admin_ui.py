@@ -80,9 +80,9 @@ def test_operator_reads_the_dashboard_opens_a_kyma_and_reconciles_it(
     browser.shot("dashboard")
 
     total.click()  # every figure links to the list it counts
-    until(lambda: browser.find_elements(By.LINK_TEXT, "browser-kyma"), "the Kyma list", browser)
+    until(lambda: browser.find_elements(By.PARTIAL_LINK_TEXT, "browser-kyma"), "the Kyma list", browser)
     assert urlsplit(browser.current_url).path == "/admin/controlplane/kyma/"
-    browser.find_element(By.LINK_TEXT, "browser-kyma").click()
+    browser.find_element(By.PARTIAL_LINK_TEXT, "browser-kyma").click()
     until(lambda: browser.find_elements(By.ID, "cp-kyma-summary"), "the Kyma page", browser)
     assert badge(browser) == "New"
     assert "No conditions yet" in browser.find_element(By.ID, "cp-conditions").text

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.contrib.auth.models import Permission
 from django.urls import reverse
+from django.utils import timezone
+from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
-from fleet.models import Kyma, ModuleConfig
+from fleet.models import Kyma, ModuleConfig, ReconcileRecord
 from fleet.services import modules
 from tests.factories import KymaFactory, ModuleFactory, SyncResourceFactory, WatcherFactory
 from tests.fleet.test_api import KUBECONFIG
@@ -159,3 +163,77 @@ def test_given_moduleconfig_when_staff_opens_it_then_it_is_read_only(admin_clien
     assert admin_client.get(reverse("admin:controlplane_moduleconfig_add")).status_code == 403
     admin_client.post(reverse("admin:controlplane_moduleconfig_change", args=[config.pk]), {"spec": "{}"})
     assert ModuleConfig.objects.get(pk=config.pk).spec == {"x": 1}
+
+
+def test_given_the_admin_then_it_names_the_product_not_django(admin_client):
+    html = admin_client.get(reverse("admin:index")).content.decode()
+    assert "Kyma fleet control plane" in html
+    assert "Django administration" not in html and "Django site admin" not in html
+
+
+def test_given_beat_tables_then_schedules_are_hidden_and_periodic_tasks_read_only(admin_client, settings):
+    every = IntervalSchedule.objects.create(every=10, period=IntervalSchedule.SECONDS)
+    name = next(iter(settings.CELERY_BEAT_SCHEDULE))
+    task = PeriodicTask.objects.create(name=name, task="controlplane.kyma_reconcile_due", interval=every)
+
+    index = admin_client.get(reverse("admin:index")).content.decode()
+    assert "Intervals" not in index and "Crontabs" not in index and "Clocked" not in index
+    for model in ("intervalschedule", "crontabschedule", "solarschedule", "clockedschedule"):
+        assert admin_client.get(f"/admin/django_celery_beat/{model}/").status_code == 404
+    page = admin_client.get(reverse("admin:django_celery_beat_periodictask_change", args=[task.pk]))
+    assert page.status_code == 200 and "the code (CELERY_BEAT_SCHEDULE" in page.content.decode()
+    assert 'name="_save"' not in page.content.decode()
+    admin_client.post(
+        reverse("admin:django_celery_beat_periodictask_change", args=[task.pk]), {"enabled": ""}
+    )
+    assert PeriodicTask.objects.get(pk=task.pk).enabled
+    assert admin_client.get(reverse("admin:django_celery_beat_periodictask_add")).status_code == 403
+    assert (
+        admin_client.post(
+            reverse("admin:django_celery_beat_periodictask_delete", args=[task.pk]), {"post": "yes"}
+        ).status_code
+        == 403
+    )
+
+
+def test_given_the_kyma_list_then_reason_modules_and_last_change_columns_sort(admin_client):
+    KymaFactory(name="b-unreachable", state="Error", state_reason="Unreachable", modules=[{"name": "keda"}])
+    KymaFactory(
+        name="a-catalog",
+        state="Error",
+        state_reason="ModuleNotInCatalog",
+        modules=[{"name": n} for n in ("istio", "keda", "serverless", "eventing", "nats")],
+    )
+    KymaFactory(name="c-ready", state="Ready", modules=[])
+    url = reverse("admin:controlplane_kyma_changelist")
+    listing = admin_client.get(url)
+    html = listing.content.decode()
+    headers = list(listing.context["cl"].list_display)
+    assert {"reason_column", "modules_column", "last_change"} <= set(headers)
+    assert "istio, keda, serverless +2" in html and 'title="istio, keda, serverless, eventing, nats"' in html
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC</time>", html)
+
+    column = headers.index("reason_column")
+    by_reason = admin_client.get(f"{url}?o={column}").context["cl"].result_list
+    assert [k.name for k in by_reason] == ["c-ready", "a-catalog", "b-unreachable"]
+    filtered = admin_client.get(f"{url}?reason=Unreachable").context["cl"].result_list
+    assert [k.name for k in filtered] == ["b-unreachable"]
+    by_change = admin_client.get(f"{url}?o=-{headers.index('last_change')}").context["cl"].result_list
+    assert len(by_change) == 3
+
+
+def test_given_reconcile_records_then_their_list_says_why_and_what_changed(admin_client):
+    kyma = KymaFactory()
+    record = ReconcileRecord.objects.create(
+        kyma=kyma,
+        started_at=timezone.now(),
+        duration_ms=12,
+        state="Ready",
+        reason="periodic",
+        changes=[{"kind": "spec", "field": "channel", "before": "regular", "after": "fast"}]
+        + [{"kind": "applied", "resource": f"ConfigMap x/c{n}", "action": "created"} for n in range(6)],
+    )
+    html = admin_client.get(reverse("admin:controlplane_reconcilerecord_changelist")).content.decode()
+    assert "<li>channel regular → fast</li>" in html and "<li>… 2 more</li>" in html and ">periodic<" in html
+    detail = admin_client.get(reverse("admin:controlplane_reconcilerecord_change", args=[record.pk]))
+    assert "ConfigMap x/c5 created" in detail.content.decode()

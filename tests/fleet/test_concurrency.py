@@ -154,7 +154,7 @@ class TestAdminForm:
     ):
         client.force_login(admin_user)
         kyma = KymaFactory(channel="regular")
-        url = f"/admin/controlplane/kyma/{kyma.pk}/change/"
+        url = f"/admin/controlplane/kyma/{kyma.pk}/edit/"  # the edit form, apart from the Kyma page
         page = client.get(url)
         data = self._form_data(page)
         assert "opened_version" in data
@@ -169,7 +169,7 @@ class TestAdminForm:
     def test_given_form_opened_after_the_last_change_when_saved_then_written(self, client, admin_user):
         client.force_login(admin_user)
         kyma = KymaFactory(channel="regular")
-        url = f"/admin/controlplane/kyma/{kyma.pk}/change/"
+        url = f"/admin/controlplane/kyma/{kyma.pk}/edit/"  # the edit form, apart from the Kyma page
         data = self._form_data(client.get(url))
         data["channel"] = "fast"
         response = client.post(url, data)

@@ -61,12 +61,14 @@ def fleet(now, settings):
     older_failure = KymaFactory(
         state="Error",
         conditions=failing_conditions("ImagePullBackOff: no such image"),
+        state_reason="WatcherFailing",
         last_reconcile_at=now - dt.timedelta(minutes=30),
         error_streak=4,
     )
     newer_failure = KymaFactory(
         state="Error",
         conditions=failing_conditions("CrashLoopBackOff: exit 1"),
+        state_reason="WatcherFailing",
         last_reconcile_at=now - dt.timedelta(minutes=2),
         error_streak=1,
     )
@@ -136,12 +138,70 @@ class TestFigures:
         assert overview.certificates_expiring == 1
         assert overview.renewals_overdue == 1
 
-    def test_given_failing_runtimes_then_the_most_recent_comes_first_with_its_error(self, fleet, now):
-        failing = selectors.fleet_overview(now).failing
+    def test_given_failing_runtimes_then_grouped_by_reason_most_recent_first_in_each(self, fleet, now):
+        groups = selectors.fleet_overview(now).failing_groups
 
+        assert [(g.reason, g.count) for g in groups] == [("WatcherFailing", 2)]
+        failing = groups[0].kymas
         assert [row.kyma.pk for row in failing] == [k.pk for k in fleet["failures"]]
         assert failing[0].reason == "WatcherFailing"
         assert failing[0].message == "CrashLoopBackOff: exit 1"
+
+
+UNREACHABLE = (
+    "rt: MaxRetryError: HTTPSConnectionPool(host='10.0.0.1', port=443): Max retries exceeded with url: "
+    "/api (Caused by NewConnectionError('Failed to establish a new connection: "
+    "[Errno 111] Connection refused'))"
+)
+
+
+def unreachable(n: int, now) -> list[Kyma]:
+    conditions = [{"type": "Runtime", "status": "False", "reason": "Unreachable", "message": UNREACHABLE}]
+    return [
+        KymaFactory(
+            state="Error",
+            state_reason="Unreachable",
+            conditions=conditions,
+            last_reconcile_at=now - dt.timedelta(seconds=index),
+        )
+        for index in range(n)
+    ]
+
+
+class TestFailuresByReason:
+    def test_given_many_failing_runtimes_then_counted_per_reason_largest_first(self, now):
+        unreachable(12, now)
+        KymaFactory.create_batch(3, state="Error", state_reason="ModuleNotInCatalog")
+        KymaFactory(state="Error", state_reason="")
+
+        groups, other = selectors.failing_by_reason(groups=2, per_group=5)
+
+        assert [(g.reason, g.count, len(g.kymas)) for g in groups] == [
+            ("Unreachable", 12, 5),
+            ("ModuleNotInCatalog", 3, 3),
+        ]
+        assert other == 1
+        newest = [row.kyma.last_reconcile_at for row in groups[0].kymas]
+        assert newest == sorted(newest, reverse=True)
+
+    def test_given_the_dashboard_then_one_line_per_reason_with_a_readable_sentence_and_link(
+        self, admin_client, now
+    ):
+        unreachable(25, now)
+        KymaFactory.create_batch(2, state="Error", state_reason="WatcherFailing")
+
+        html = admin_client.get(DASHBOARD).content.decode()
+        section = html[html.index('id="cp-failing"') :]
+
+        assert section.count('class="cp-reason-group"') == 2
+        assert '<span class="cp-count">25</span> <strong>Unreachable</strong>' in section
+        assert "The runtime&#x27;s API server cannot be reached." in section
+        assert "cannot be reached: connection refused." in section  # each Kyma's own sentence
+        assert section.index("Unreachable") < section.index("WatcherFailing")
+        assert section.count("<details><summary>Raw detail") == 10  # ten shown per reason, raw folded
+        url = re.search(r'href="([^"]+)" class="cp-reason-link"', section).group(1).replace("&amp;", "&")
+        listing = admin_client.get(url)
+        assert listing.context["cl"].result_count == 25
 
 
 def figure(html: str, element_id: str) -> int:

@@ -16,8 +16,9 @@ from django.core.management import call_command
 from django.urls import reverse
 from django.utils import timezone
 
+from fleet.jobs import selectors as job_selectors
 from fleet.jobs import services, tasks
-from fleet.models import Job, JobKind, JobStatus, Kyma
+from fleet.models import Job, JobKind, JobStatus, Kyma, ReconcileRecord
 from fleet.models.jobs import LOG_MAX_CHARS, LOG_MAX_LINES
 from pki import jobs as pki_jobs
 from pki import maintenance as pki_maintenance
@@ -270,11 +271,24 @@ class TestAdmin:
         assert 'http-equiv="refresh"' in running and "cp-progress" in running
 
         tasks.job_run(job.pk)
-        finished = admin_client.get(response["Location"]).content.decode()
+        queued = admin_client.get(response["Location"]).content.decode()
 
-        assert 'http-equiv="refresh"' not in finished
-        assert "Reconcile queued for 201 Kyma(s)" in finished
+        # Queued is not done: the page follows the reconciles until they ran
+        assert 'http-equiv="refresh"' in queued and ">Queued<" in queued
+        assert "Reconcile queued for 201 Kyma(s)" in queued
+        assert "queued 201 of 201; 201 not reconciled yet" in queued
         assert len(reconciles(task_queue())) == 201
+
+        ran_at = timezone.now()
+        ReconcileRecord.objects.bulk_create(
+            ReconcileRecord(
+                kyma_id=pk, started_at=ran_at, duration_ms=5, state="Error" if pk == selected[0] else "Ready"
+            )
+            for pk in selected
+        )
+        finished = admin_client.get(response["Location"]).content.decode()
+        assert 'http-equiv="refresh"' not in finished
+        assert "reconciled 200 OK, 1 failed" in finished and ">1 failed<" in finished
 
     def test_given_few_selected_when_reconcile_now_then_queued_at_once_without_a_job(
         self, admin_client, task_queue
@@ -325,3 +339,59 @@ class TestAdmin:
         assert others.status_code == 302  # "does not exist" for them, back to the index
         listing = client.get(reverse("admin:controlplane_job_changelist"))
         assert [job.pk for job in listing.context["cl"].result_list] == [mine.pk]
+
+
+class TestJobPages:
+    def test_given_a_reconcile_job_then_targets_are_kyma_names_and_no_raw_json(
+        self, admin_client, admin_user
+    ):
+        kymas = [KymaFactory(name=f"named-{n}") for n in range(3)]
+        job = Job.objects.create(
+            kind=JobKind.RECONCILE, status=JobStatus.COMPLETED, total=3, done=3, created_by=admin_user,
+            targets={"kyma_ids": [k.pk for k in kymas]}, result={"queued": 3, "covered": 0, "gone": 0},
+            started_at=timezone.now(), finished_at=timezone.now(),
+        )  # fmt: skip
+
+        page = admin_client.get(reverse("admin:controlplane_job_change", args=[job.pk])).content.decode()
+
+        assert "kcp-system/named-0" in page and "kcp-system/named-2" in page
+        assert '{"queued"' not in page and "&quot;queued&quot;" not in page
+        assert "queued 3 of 3; 3 not reconciled yet" in page
+
+    def test_given_reconciles_before_the_job_then_they_do_not_count(self, admin_user):
+        kyma = KymaFactory()
+        started = timezone.now()
+        ReconcileRecord.objects.create(
+            kyma=kyma, started_at=started - dt.timedelta(minutes=5), duration_ms=1, state="Ready"
+        )
+        job = Job.objects.create(
+            kind=JobKind.RECONCILE, status=JobStatus.COMPLETED, total=1, done=1, created_by=admin_user,
+            targets={"kyma_ids": [kyma.pk]}, result={"queued": 1}, started_at=started, finished_at=started,
+        )  # fmt: skip
+        outcome = job_selectors.reconcile_outcome(job)
+        assert (outcome.pending, outcome.label) == (1, "Queued")
+
+        ReconcileRecord.objects.create(
+            kyma=kyma, started_at=started + dt.timedelta(seconds=1), duration_ms=1, state="Ready"
+        )
+        outcome = job_selectors.reconcile_outcome(job)
+        assert (outcome.ok, outcome.failed, outcome.pending, outcome.label) == (1, 0, 0, "Reconciled OK")
+
+    def test_given_jobs_then_the_list_and_the_dashboard_show_the_real_outcome(self, admin_client, admin_user):
+        kymas = KymaFactory.create_batch(2)
+        now = timezone.now()
+        job = Job.objects.create(
+            kind=JobKind.RECONCILE, status=JobStatus.COMPLETED, total=2, done=2, created_by=admin_user,
+            targets={"kyma_ids": [k.pk for k in kymas]}, result={"queued": 2}, started_at=now,
+            finished_at=now,
+        )  # fmt: skip
+        ReconcileRecord.objects.create(kyma=kymas[0], started_at=now, duration_ms=1, state="Ready")
+        ReconcileRecord.objects.create(kyma=kymas[1], started_at=now, duration_ms=1, state="Error")
+
+        listing = admin_client.get(reverse("admin:controlplane_job_changelist")).content.decode()
+        dashboard = admin_client.get("/admin/fleet/").content.decode()
+
+        for html in (listing, dashboard):
+            assert "reconciled 1 OK, 1 failed" in html and ">1 failed<" in html
+            assert ">Completed</span>" not in html  # the badge says what became of the reconciles
+        assert f"Job {job.pk}" in dashboard

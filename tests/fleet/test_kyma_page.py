@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import re
 
 import pytest
+from django.contrib.auth.models import Permission
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from fleet.models import ReconcileRecord, SyncResource
+from fleet.models import Kyma, ReconcileRecord, SyncResource
 from fleet.services import modules
 from listener.models import WatchEventRecord
 from pki import services as pki_services
@@ -191,3 +193,264 @@ def test_given_a_long_history_then_the_page_makes_the_same_number_of_queries_and
     assert len(long) == len(short)
     assert html.count("cp-timeline-event") == 50 and html.count("cp-timeline-reconcile") == 50
     assert html.count("cp-timeline-certificate") == 10
+
+
+UNREACHABLE = (
+    "runtime rt-x: MaxRetryError: HTTPSConnectionPool(host='10.1.2.3', port=6443): Max retries exceeded "
+    "with url: /api/v1/namespaces/kyma-system (Caused by NewConnectionError('<urllib3.connection."
+    "HTTPSConnection object at 0x7f>: Failed to establish a new connection: [Errno 111] Connection refused'))"
+)
+
+
+@pytest.fixture
+def unreachable_kyma():
+    return KymaFactory(
+        state="Error",
+        state_reason="Unreachable",
+        modules=[{"name": "keda"}],
+        module_status=[{"name": "keda", "state": "Ready", "version": "2.16.0"}],
+        conditions=[
+            {
+                "type": "Runtime",
+                "status": "False",
+                "reason": "Unreachable",
+                "message": UNREACHABLE,
+                "lastTransitionTime": "2026-01-02T03:04:05Z",
+            },
+            {"type": "Modules", "status": "True", "reason": "Ready", "message": "all modules are ready"},
+        ],
+        last_operation={"operation": UNREACHABLE, "lastUpdateTime": "2026-01-02T03:04:05Z"},
+    )
+
+
+def section(html: str, start: str, end: str | None = None) -> str:
+    begin = html.index(f'id="{start}"')
+    return html[begin : html.index(f'id="{end}"', begin)] if end else html[begin:]
+
+
+class TestReadView:
+    def test_given_the_kyma_page_then_it_is_a_read_view_with_an_edit_link(self, admin_client, kyma):
+        html = page(admin_client, kyma)
+
+        assert 'name="channel"' not in html and "<textarea" not in html  # no form fields on the page
+        assert "_addanother" not in html and "Save and add another" not in html
+        edit = reverse("admin:controlplane_kyma_edit", args=[kyma.pk])
+        assert f'href="{edit}" id="cp-edit"' in html
+        assert "keda" in section(html, "cp-spec") and "serverless · fast" in section(html, "cp-spec")
+
+    def test_given_the_edit_view_then_modules_are_rows_not_json_and_no_save_and_add_another(
+        self, admin_client, kyma
+    ):
+        ModuleFactory(name="serverless", channels={"regular": "1.0.0", "fast": "1.1.0"})
+        response = admin_client.get(reverse("admin:controlplane_kyma_edit", args=[kyma.pk]))
+        html = response.content.decode()
+
+        assert response.status_code == 200
+        assert 'name="modules-0-name"' in html and 'name="modules-count"' in html
+        assert '<option value="keda" selected>keda</option>' in html
+        assert '<option value="fast" selected>fast</option>' in html  # serverless' channel
+        assert 'name="modules"' not in html  # no JSON textarea
+        assert 'name="_addanother"' not in html and 'name="_continue"' in html
+
+    def test_given_rows_posted_then_modules_are_saved_and_extra_fields_kept(self, admin_client):
+        kyma = KymaFactory(modules=[{"name": "keda", "controller": "kcp"}, {"name": "serverless"}])
+        url = reverse("admin:controlplane_kyma_edit", args=[kyma.pk])
+        form = admin_client.get(url).context["adminform"].form
+        data = {
+            "namespace": kyma.namespace,
+            "name": kyma.name,
+            "runtime_id": kyma.runtime_id,
+            "skr_domain": kyma.skr_domain,
+            "channel": "fast",
+            "labels": "{}",
+            "annotations": "{}",
+            "opened_version": form.initial["opened_version"],
+            "opened_state": form.initial["opened_state"],
+            "modules-count": "4",
+            "modules-0-name": "keda",
+            "modules-0-channel": "regular",
+            "modules-0-managed": "on",
+            "modules-0-policy": "Ignore",
+            "modules-0-extra": '{"controller": "kcp"}',
+            "modules-1-name": "serverless",
+            "modules-1-managed": "on",
+            "modules-1-remove": "on",
+            "modules-2-name": "istio",
+            "modules-2-policy": "CreateAndDelete",
+        }
+
+        response = admin_client.post(url, data)
+
+        assert response.status_code == 302, response.context["adminform"].form.errors
+        assert response["Location"] == reverse("admin:controlplane_kyma_change", args=[kyma.pk])
+        kyma.refresh_from_db()
+        assert kyma.channel == "fast"
+        assert kyma.modules == [
+            {
+                "name": "keda",
+                "channel": "regular",
+                "controller": "kcp",
+                "customResourcePolicy": "Ignore",
+                "managed": True,
+            },
+            {"name": "istio", "managed": False, "customResourcePolicy": "CreateAndDelete"},
+        ]
+
+    def test_given_duplicate_rows_then_the_edit_form_says_so(self, admin_client):
+        kyma = KymaFactory(modules=[])
+        url = reverse("admin:controlplane_kyma_edit", args=[kyma.pk])
+        form = admin_client.get(url).context["adminform"].form
+        data = {
+            "namespace": kyma.namespace,
+            "name": kyma.name,
+            "runtime_id": kyma.runtime_id,
+            "channel": "regular",
+            "labels": "{}",
+            "annotations": "{}",
+            "opened_version": form.initial["opened_version"],
+            "modules-count": "2",
+            "modules-0-name": "keda",
+            "modules-1-name": "keda",
+        }
+        response = admin_client.post(url, data)
+        assert response.status_code == 200 and "duplicate module" in response.content.decode()
+
+    def test_given_an_unreachable_runtime_then_one_sentence_raw_detail_folded(
+        self, admin_client, unreachable_kyma
+    ):
+        html = page(admin_client, unreachable_kyma)
+        problem = section(html, "cp-problem", "cp-conditions")
+
+        sentence = "The runtime&#x27;s API server cannot be reached: connection refused."
+        assert f"<strong>{sentence}</strong>" in problem
+        # the raw urllib3 text only inside <details>, never as the visible sentence
+        raw_at = problem.index("HTTPSConnectionPool")
+        assert problem.rindex("<details", 0, raw_at) > problem.index("<strong>")
+        conditions = section(html, "cp-conditions", "cp-modules")
+        assert sentence in conditions and "<details" in conditions
+
+    def test_given_last_operation_then_text_and_time_not_json(self, admin_client, unreachable_kyma):
+        html = page(admin_client, unreachable_kyma)
+        operation = section(html, "cp-last-operation", "cp-conditions")
+        assert "&quot;operation&quot;" not in html and '{"operation"' not in html
+        assert "2026-01-02 03:04:05 UTC" in operation
+
+    def test_given_an_unreachable_runtime_then_module_states_are_unknown_and_marked_stale(
+        self, admin_client, unreachable_kyma
+    ):
+        modules_section = section(page(admin_client, unreachable_kyma), "cp-modules", "cp-timeline")
+
+        assert ">Unknown</span>" in modules_section and "stale: last known Ready" in modules_section
+        assert ">Ready</span>" not in modules_section
+        assert "module states are unknown" in modules_section
+
+    def test_given_a_reachable_runtime_then_module_states_are_shown_as_reported(self, admin_client, kyma):
+        modules_section = section(page(admin_client, kyma), "cp-modules", "cp-timeline")
+        assert ">Ready</span>" in modules_section and "stale" not in modules_section
+
+    def test_given_reconciles_with_changes_then_the_timeline_says_why_and_what(self, admin_client, kyma):
+        ReconcileRecord.objects.create(
+            kyma=kyma,
+            started_at=timezone.now(),
+            duration_ms=80,
+            state="Ready",
+            runtime_writes=1,
+            reason="watch-event",
+            changes=[
+                {"kind": "spec", "field": "channel", "before": "regular", "after": "fast"},
+                {"kind": "module-added", "module": "serverless", "source": "made in the runtime"},
+                {"kind": "applied", "resource": "Deployment kyma-system/skr-webhook", "action": "updated"},
+                {"kind": "module-state", "module": "keda", "before": "Processing", "after": "Ready"},
+                {"kind": "drift-corrected", "text": "Service skr-webhook put back"},
+            ],
+        )
+        timeline = section(page(admin_client, kyma), "cp-timeline", "cp-spec")
+
+        assert "why: event from the runtime" in timeline
+        for line in (
+            "channel regular → fast",
+            "module serverless added (made in the runtime)",
+            "Deployment kyma-system/skr-webhook updated",
+            "module keda: Processing → Ready",
+            "Service skr-webhook put back",
+        ):
+            assert f"<li>{line}</li>" in timeline
+
+    def test_given_the_page_then_every_time_is_absolute_with_seconds_and_relative_beside(
+        self, admin_client, kyma
+    ):
+        html = page(admin_client, kyma)
+        timeline = section(html, "cp-timeline", "cp-spec")
+
+        assert re.search(
+            r'<time class="cp-time cp-time-stacked" datetime="[^"]+Z">'
+            r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC</time>",
+            timeline,
+        )
+        assert re.search(r'<span class="cp-ago">\d+ min ago</span>', timeline)
+        assert not re.search(r"\b[ap]\.m\.", html) and " minutes ago" not in html
+
+
+class TestLive:
+    def test_given_the_page_then_it_polls_its_live_fragment(self, admin_client, kyma):
+        html = page(admin_client, kyma)
+        live = reverse("admin:controlplane_kyma_live", args=[kyma.pk])
+        assert f'data-live-url="{live}"' in html and "controlplane/live.js" in html
+
+    def test_given_a_change_then_the_fragment_shows_it_without_the_page(self, admin_client, kyma):
+        url = reverse("admin:controlplane_kyma_live", args=[kyma.pk])
+        before = admin_client.get(url)
+        Kyma.objects.filter(pk=kyma.pk).update(state="Ready", state_reason="", conditions=[])
+        after = admin_client.get(url).content.decode()
+
+        assert before.status_code == 200 and "no-store" in before["Cache-Control"]
+        assert "<html" not in after and 'id="cp-kyma-summary"' in after and 'id="cp-timeline"' in after
+        assert "cp-state-Error" in before.content.decode() and 'cp-state-Ready">Ready' in after
+
+    def test_given_no_admin_session_then_the_fragment_is_refused(self, client, django_user_model, kyma):
+        url = reverse("admin:controlplane_kyma_live", args=[kyma.pk])
+        assert client.get(url).status_code == 302  # to the login
+        user = django_user_model.objects.create_user("plain", password="plain-password-123")
+        client.force_login(user)
+        assert client.get(url).status_code == 302
+        staff = django_user_model.objects.create_user("staff", password="staff-password-123", is_staff=True)
+        client.force_login(staff)
+        assert client.get(url).status_code == 403
+        staff.user_permissions.add(Permission.objects.get(codename="view_kyma"))
+        assert client.get(url).status_code == 200
+        assert client.post(url).status_code == 405
+
+    def test_given_a_long_history_then_the_fragment_makes_the_same_number_of_queries(
+        self, admin_client, kyma
+    ):
+        url = reverse("admin:controlplane_kyma_live", args=[kyma.pk])
+        admin_client.get(url)
+        with CaptureQueriesContext(connection) as short:
+            admin_client.get(url)
+        grow_history(kyma, events=100, reconciles=100, certificates=3)
+        with CaptureQueriesContext(connection) as long:
+            admin_client.get(url)
+        assert len(long) == len(short)
+
+
+def test_given_a_too_deep_extra_in_a_module_row_then_no_500(admin_client):
+    kyma = KymaFactory(modules=[])
+    url = reverse("admin:controlplane_kyma_edit", args=[kyma.pk])
+    form = admin_client.get(url).context["adminform"].form
+    data = {
+        "namespace": kyma.namespace,
+        "name": kyma.name,
+        "runtime_id": kyma.runtime_id,
+        "channel": "regular",
+        "labels": "{}",
+        "annotations": "{}",
+        "opened_version": form.initial["opened_version"],
+        "modules-count": "1",
+        "modules-0-name": "keda",
+        "modules-0-managed": "on",
+        "modules-0-extra": '{"a": ' * 5000 + "1" + "}" * 5000,
+    }
+    response = admin_client.post(url, data)
+    assert response.status_code == 302
+    kyma.refresh_from_db()
+    assert kyma.modules == [{"name": "keda", "managed": True, "customResourcePolicy": "CreateAndDelete"}]
