@@ -5,7 +5,7 @@ from kernel.models import NamespacedResourceModel, ResourceModel
 from .jobs import Job, JobKind, JobStatus
 from .kyma import Kyma, KymaState
 from .module import Module
-from .moduleconfig import ModuleConfig, RevisionCounter
+from .moduleconfig import ModuleConfig, ModuleConfigDeletion, ModuleConfigWatch, RevisionCounter
 from .records import ReconcileRecord
 from .syncresource import ApplyStrategy, DeletionPolicy, ManifestState, SyncResource
 
@@ -20,6 +20,8 @@ __all__ = [
     "ManifestState",
     "Module",
     "ModuleConfig",
+    "ModuleConfigDeletion",
+    "ModuleConfigWatch",
     "NamespacedResourceModel",
     "ReconcileRecord",
     "ResourceModel",
