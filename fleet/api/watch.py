@@ -255,10 +255,7 @@ class WatchStream:
     @staticmethod
     def _emit(change: Change, seen: int) -> bytes:
         """``seen``: the watcher has every change up to it, so it knows an object created by then."""
-        if change.deleted:
-            kind = "DELETED"
-        else:
-            kind = "ADDED" if change.created_revision > seen else "MODIFIED"
+        kind = "DELETED" if change.deleted else "ADDED" if change.created_revision > seen else "MODIFIED"
         return _line(kind, change.document)
 
     def _catch_up(self, after: int) -> tuple[int, list[bytes]]:
