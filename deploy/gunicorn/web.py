@@ -29,6 +29,20 @@ proc_name = "controlplane-web"
 control_socket_disable = True
 
 
+def post_worker_init(worker: object) -> None:
+    """On SIGTERM, end the worker's ModuleConfig watches first: an open watch would otherwise
+    hold the graceful shutdown for ``graceful_timeout`` (its manager resumes from its revision)."""
+    import signal
+
+    from fleet.api.watch import HUB
+
+    def stop(sig: int, frame: object) -> None:
+        HUB.shutdown()
+        worker.handle_exit(sig, frame)
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 def child_exit(server: object, worker: object) -> None:
     """Drop the metrics files of a worker that ended, so its gauges do not linger."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):

@@ -168,6 +168,14 @@ class ChangeHub:
         self.position: int | None = None  # everything up to this revision is in the log
         self.slots: set[int] = set()
         self.thread: threading.Thread | None = None
+        self.closing = False
+
+    def shutdown(self) -> None:
+        """The process is stopping: every watch ends now (its client resumes elsewhere) instead
+        of holding the graceful shutdown until its timeout. Called from gunicorn's SIGTERM hook."""
+        with self.cond:
+            self.closing = True
+            self.cond.notify_all()
 
     def ensure_started(self, timeout: float = 10) -> None:
         with self.cond:
@@ -276,7 +284,7 @@ class WatchStream:
         now = time.monotonic()
         deadline = now + self.timeout
         next_bookmark = now + settings.MODULECONFIG_WATCH_BOOKMARK_INTERVAL
-        while now < deadline:
+        while now < deadline and not hub.closing:
             with hub.cond:
                 if cursor >= hub.end_index:
                     hub.cond.wait(max(0.0, min(deadline, next_bookmark) - now))

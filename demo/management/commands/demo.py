@@ -137,7 +137,8 @@ class Command(BaseCommand):
             kymas = [register(host.create(f"demo-{n}"), n) for n in range(1, count + 1)]
             self.stdout.write(
                 f"{count} simulated runtimes: {', '.join(k.name for k in kymas)} "
-                f"(edit one: python manage.py runtime_edit demo-1 --channel fast, or --module-spec keda replicas=3)"
+                "(edit one: python manage.py runtime_edit demo-1 --channel fast, "
+                "or --module-spec keda replicas=3)"
             )
             self.run(kymas, every)
         except KeyboardInterrupt:
