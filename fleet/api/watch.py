@@ -87,6 +87,8 @@ def changes_after(revision: int, *, module: str = "") -> tuple[int, list[Change]
         revision__gt=revision, revision__lte=ceiling
     )
     deletions = ModuleConfigDeletion.objects.filter(revision__gt=revision, revision__lte=ceiling)
+    if revision == 0:  # a watcher starting from nothing has nothing to delete
+        deletions = deletions.none()
     if module:
         configs = configs.filter(module__name=module)
         deletions = deletions.filter(module_name=module)
