@@ -195,6 +195,11 @@ class ModuleConfigViewSet(ResourceReadViewSet):
         timeout = _whole_number(params, "timeoutSeconds", int(settings.MODULECONFIG_WATCH_TIMEOUT))
         timeout = min(max(timeout, 1), settings.MODULECONFIG_WATCH_TIMEOUT)
         module = params.get("module", "")
+        if since > watch.committed_revision():
+            raise RevisionFromElsewhere(
+                f"since_revision {since} is newer than this control plane's latest revision "
+                f"({watch.committed_revision()}): its data was reset or restored; start again from 0"
+            )
         if module and not Module.objects.filter(name=module).exists():
             raise ValidationFailed(
                 "unknown module", errors=[("module", f"no module {module!r} in the catalog")]
@@ -233,6 +238,11 @@ class ModuleConfigViewSet(ResourceReadViewSet):
 
 
 WATCH_PARAMETERS = {"watch", "module", "since_revision", "timeoutSeconds", "allowWatchBookmarks"}
+
+
+class RevisionFromElsewhere(ApplicationError):
+    status_code = 410
+    code = "gone"
 
 
 class WatchCapacityFull(ApplicationError):

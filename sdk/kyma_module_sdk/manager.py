@@ -137,6 +137,11 @@ class Manager:
                 if len(page) < 500:
                     self.stopping.wait(self.poll_interval)
             except ApiError as error:
+                if error.status == 410:  # the control plane's data was reset: start over
+                    log.warning("%s; handling every config again", error.detail)
+                    self.revision, self._handled = 0, {}
+                    self._save_state(0)
+                    continue
                 if watching and error.status in NO_WATCH:
                     log.warning("no watch (%s): polling every %ss", error, self.poll_interval)
                     watching, retry_watch_at = False, time.monotonic() + 60

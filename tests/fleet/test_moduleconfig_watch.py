@@ -47,6 +47,13 @@ class Watch:
     def next(self, timeout: float = 10) -> dict[str, Any]:
         return self.lines.get(timeout=timeout)
 
+    def next_change(self, timeout: float = 10) -> dict[str, Any]:
+        """The next event that is not a bookmark."""
+        while True:
+            event = self.next(timeout)
+            if event["type"] != "BOOKMARK":
+                return event
+
     def until_bookmark(self, timeout: float = 10) -> tuple[list[dict[str, Any]], int]:
         """Events up to the next bookmark, and the bookmark's revision."""
         events = []
@@ -110,7 +117,7 @@ def test_a_watch_sees_changes_as_they_happen_and_resumes_without_loss_or_repeat(
     config_change(kymas[1], keda, 2)
     config_change(kymas[0], other, 9)
     config_change(kymas[0], keda, 3)
-    got = [watch.next() for _ in range(2)]
+    got = [watch.next_change() for _ in range(2)]
     assert [(e["type"], e["object"]["spec"]["kyma"], e["object"]["spec"]["resource"]) for e in got] == [
         ("ADDED", "k1", {"replicas": 2}),
         ("MODIFIED", "k0", {"replicas": 3}),
@@ -176,3 +183,10 @@ def test_bad_watch_parameters_are_precise_400s(web, key):
         watch = Watch(web, key, query)
         assert watch.response.status == 400, query
         assert json.loads(watch.response.read())["errors"][0]["field"] == field
+
+
+def test_a_revision_this_control_plane_never_gave_is_410_so_the_manager_starts_over(web, key):
+    ModuleFactory(name="keda")
+    watch = Watch(web, key, "module=keda&since_revision=999999")
+    assert watch.response.status == 410
+    assert "start again from 0" in json.loads(watch.response.read())["detail"]

@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import pytest
-from kyma_module_sdk import InvalidNotification, Manager, notification_config, verify_notification
+from django.contrib.auth.models import User
+from kyma_module_sdk import (
+    InvalidNotification,
+    Manager,
+    ModuleConfig,
+    notification_config,
+    verify_notification,
+)
 
 from fleet.notifications import signature
+from fleet.services import modules as module_services
+from kernel.api_tokens import api_token_create
+from tests.factories import KymaFactory, ModuleFactory
+from tests.support.processes import start_web
 
 KEY = b"k" * 32
 DOC = {
@@ -52,3 +64,38 @@ def test_the_state_file_keeps_the_last_revision_across_restarts(tmp_path):
     again = Manager(api="http://127.0.0.1:9/api/v1", token="t", module="keda", state_file=str(state))
     assert again.revision == 41
     assert list(tmp_path.iterdir()) == [state]  # no temporary file left behind
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_manager_whose_state_is_ahead_of_the_control_plane_starts_over(tmp_path):
+    """Its state file outlived the control plane's data (reset, restore): the watch answers 410
+    and the manager handles every config again instead of waiting for revisions never to come."""
+    keda = ModuleFactory(name="keda")
+    kyma = KymaFactory(name="c1")
+    module_services.moduleconfig_upsert(
+        kyma=kyma, module=keda, spec={"replicas": 2}, source_generation=1, source_resource_version=""
+    )
+    user = User.objects.create_superuser("m", password="x")
+    state = tmp_path / "keda.state"
+    state.write_text(json.dumps({"revision": 500}))
+    web, url = start_web()
+    manager = Manager(
+        api=f"{url}/api/v1",
+        token=api_token_create(user=user, name="m")[1],
+        module="keda",
+        state_file=str(state),
+    )
+    seen: list[int] = []
+
+    @manager.handler
+    def handle(config: ModuleConfig) -> list[dict]:
+        seen.append(config.resource["replicas"])
+        manager.stop()
+        return []
+
+    runner = threading.Thread(target=manager.run, daemon=True)
+    runner.start()
+    runner.join(30)
+    web.stop()
+    assert seen == [2]
+    assert json.loads(state.read_text())["revision"] < 500
