@@ -469,6 +469,8 @@ MODULECONFIG_WATCH_POLL_INTERVAL: float = env.float(
     default=0.1 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3" else 5,
 )
 MODULECONFIG_WATCH_SLOT_TTL: float = env.float("MODULECONFIG_WATCH_SLOT_TTL", default=60)
+# Deleted ModuleConfigs are remembered this long for resumed watches (older: 410, start over).
+MODULECONFIG_DELETIONS_KEPT_DAYS: int = env.int("MODULECONFIG_DELETIONS_KEPT_DAYS", default=7)
 # Redis for revision announcements when the database is not PostgreSQL (auto: the flags' Redis).
 _watch_redis = env.str("MODULECONFIG_WATCH_REDIS_URL", default="auto")
 MODULECONFIG_WATCH_REDIS_URL: str = RECONCILE_FLAGS_URL if _watch_redis == "auto" else _watch_redis

@@ -27,6 +27,7 @@ from fleet.models.moduleconfig import MODULE_CONFIG_STATUS_SCHEMA
 from fleet.resources.kinds import KymaKind, ModuleConfigKind, ModuleKind, SyncResourceKind
 from fleet.services import kymas as kyma_services
 from fleet.services import modules as module_services
+from fleet.services import revisions
 from fleet.services import watches as watch_services
 from kernel.api.resources import ERROR_SCHEMA, ResourceReadViewSet, ResourceViewSet, document_schema
 from kernel.documents import registry
@@ -199,6 +200,12 @@ class ModuleConfigViewSet(ResourceReadViewSet):
             raise RevisionFromElsewhere(
                 f"since_revision {since} is newer than this control plane's latest revision "
                 f"({watch.committed_revision()}): its data was reset or restored; start again from 0"
+            )
+        compacted = revisions.moduleconfig_compacted_revision()
+        if 0 < since < compacted:
+            raise RevisionFromElsewhere(
+                f"since_revision {since} is too old: deletions up to revision {compacted} were pruned "
+                "(MODULECONFIG_DELETIONS_KEPT_DAYS); start again from 0"
             )
         if module and not Module.objects.filter(name=module).exists():
             raise ValidationFailed(

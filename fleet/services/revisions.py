@@ -9,6 +9,7 @@ themselves, so a lost announcement delays a change (until the next poll), never 
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import logging
 from typing import Any
@@ -16,10 +17,13 @@ from typing import Any
 import redis
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Max
 
 from fleet.models import ModuleConfig, ModuleConfigDeletion, RevisionCounter
 
 CHANNEL = "controlplane_moduleconfig"
+# A RevisionCounter row used as a watermark: deletions up to this revision have been pruned.
+COMPACTED = "moduleconfig-compacted"
 log = logging.getLogger(__name__)
 
 
@@ -62,3 +66,24 @@ def moduleconfig_deleted(sender: Any, instance: ModuleConfig, **kwargs: Any) -> 
             runtime_id=instance.kyma.runtime_id if instance.kyma_id else "",
             module_name=instance.module.name if instance.module_id else "",
         )
+
+
+def moduleconfig_compacted_revision() -> int:
+    """Up to which revision deletions were pruned: a watch from before it would miss some."""
+    value = RevisionCounter.objects.filter(name=COMPACTED).values_list("value", flat=True).first()
+    return value or 0
+
+
+def moduleconfig_deletions_prune(*, older_than: dt.datetime) -> int:
+    """Drop tombstones older than ``older_than`` and raise the compaction watermark past them, so
+    a watch resumed from before it is told to start over (410) instead of missing a deletion."""
+    with transaction.atomic():
+        old = ModuleConfigDeletion.objects.filter(deleted_at__lt=older_than)
+        highest = old.aggregate(highest=Max("revision"))["highest"]
+        if highest is None:
+            return 0
+        RevisionCounter.objects.get_or_create(name=COMPACTED)
+        mark = RevisionCounter.objects.select_for_update().get(name=COMPACTED)
+        mark.value = max(mark.value, highest)
+        mark.save(update_fields=["value"])
+        return ModuleConfigDeletion.objects.filter(revision__lte=highest).delete()[0]

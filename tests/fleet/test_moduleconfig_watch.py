@@ -3,6 +3,7 @@ a resumed watch loses and repeats nothing, and open watches are bounded per cred
 
 from __future__ import annotations
 
+import datetime as dt
 import http.client
 import json
 import queue
@@ -13,8 +14,9 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 
-from fleet.models import Kyma, ModuleConfig
+from fleet.models import Kyma, ModuleConfig, ModuleConfigDeletion
 from fleet.services import modules as module_services
+from fleet.services import revisions
 from kernel.api_tokens import api_token_create
 from tests.factories import KymaFactory, ModuleFactory
 from tests.support.processes import start_web
@@ -190,3 +192,18 @@ def test_a_revision_this_control_plane_never_gave_is_410_so_the_manager_starts_o
     watch = Watch(web, key, "module=keda&since_revision=999999")
     assert watch.response.status == 410
     assert "start again from 0" in json.loads(watch.response.read())["detail"]
+
+
+def test_a_watch_from_before_pruned_deletions_is_410(web, key):
+    keda = ModuleFactory(name="keda")
+    config = config_change(KymaFactory(name="gone"), keda, 1)
+    since = config.revision
+    config.delete()
+    deleted = ModuleConfigDeletion.objects.get(uid=config.uid)
+    assert (
+        revisions.moduleconfig_deletions_prune(older_than=deleted.deleted_at + dt.timedelta(seconds=1)) == 1
+    )
+    watch = Watch(web, key, f"module=keda&since_revision={since}")
+    assert watch.response.status == 410
+    assert "too old" in json.loads(watch.response.read())["detail"]
+    assert Watch(web, key, f"module=keda&since_revision={deleted.revision}").response.status == 200
