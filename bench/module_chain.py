@@ -180,8 +180,25 @@ def open_watch(port: int, key: str, since: int) -> http.client.HTTPResponse:
         time.sleep(0.05)  # 503: that process's watch threads are full, another has room
 
 
-def fan_out(port: int, key: str, watches: int, rounds: int) -> list[float]:
+def workers_rss_kib(master: int) -> int:
+    """Resident memory of the gunicorn master's worker processes (what open watches cost)."""
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if int((entry / "stat").read_text().rpartition(")")[2].split()[1]) != master:
+                continue
+            status = (entry / "status").read_text()
+        except (OSError, ValueError, IndexError):
+            continue
+        total += next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+    return total
+
+
+def fan_out(port: int, key: str, watches: int, rounds: int, master: int) -> list[float]:
     """``watches`` open watches; per round one change; seconds from commit to each watch's line."""
+    before = workers_rss_kib(master)
     kyma = Kyma.objects.create(namespace="kcp-system", name="watch-target", runtime_id="rt-watch-target")
     module = Module.objects.get(name="keda-watch")
     config, _ = module_services.moduleconfig_upsert(
@@ -209,6 +226,11 @@ def fan_out(port: int, key: str, watches: int, rounds: int) -> list[float]:
     for thread in threads:
         thread.start()
     ready.wait(timeout=120)
+    after = workers_rss_kib(master)
+    print(
+        f"web workers' memory: {before / 1024:.0f} MiB without watches, {after / 1024:.0f} MiB with "
+        f"{watches} open ({(after - before) / watches:.0f} KiB per watch)"
+    )
     latencies = []
     for number in range(1, rounds + 1):
         started = time.monotonic()
@@ -326,7 +348,7 @@ def main() -> None:
                 report(f"(b) under {rate:.0f} edits/s across {args.load_runtimes} runtimes", busy)
             finally:
                 host.run(kubelet.aclose())
-        watched = fan_out(web_port, key, args.watches, args.rounds)
+        watched = fan_out(web_port, key, args.watches, args.rounds, web.pid)
         report(f"(c) {args.watches} watches, {args.rounds} changes", watched)
     finally:
         stop_processes([manager, *workers, web, listener])

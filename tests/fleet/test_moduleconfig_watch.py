@@ -207,3 +207,27 @@ def test_a_watch_from_before_pruned_deletions_is_410(web, key):
     assert watch.response.status == 410
     assert "too old" in json.loads(watch.response.read())["detail"]
     assert Watch(web, key, f"module=keda&since_revision={deleted.revision}").response.status == 200
+
+
+def test_watches_never_take_the_threads_of_other_requests(key):
+    # Given a web process with one thread for requests and two for watches.
+    proc, url = start_web(WEB_THREADS="1", WEB_WATCH_THREADS="2")  # one process (start_web)
+    try:
+        ModuleFactory(name="keda")
+        open_ = [Watch(url, key, "module=keda") for _ in range(2)]
+        for watch in open_:
+            assert watch.response.status == 200
+            watch.until_bookmark()
+        # When a third watch comes, it is refused (its manager retries) rather than queued...
+        third = Watch(url, key, "module=keda")
+        assert third.response.status == 503
+        assert "WEB_WATCH_THREADS" in json.loads(third.response.read())["detail"]
+        # ...and the API still answers while both watches stream.
+        host, _, port = url.removeprefix("http://").partition(":")
+        for _ in range(3):
+            conn = http.client.HTTPConnection(host, int(port), timeout=10)
+            conn.request("GET", "/api/v1/moduleconfigs/", headers={"Authorization": f"Token {key}"})
+            assert conn.getresponse().status == 200
+            conn.close()
+    finally:
+        proc.stop()
