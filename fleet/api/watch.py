@@ -22,6 +22,7 @@ threads for watches beside ``WEB_THREADS`` (``deploy/gunicorn/web.py``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -42,6 +43,8 @@ from fleet.services import watches as watch_services
 log = logging.getLogger(__name__)
 # Changes a hub keeps for its watches; a watch that falls further behind reads the database again.
 HUB_LOG_SIZE = 10_000
+# Seconds between reads while PostgreSQL LISTEN or Redis pub/sub is unavailable.
+DEGRADED_POLL = 0.5
 
 
 class Change(NamedTuple):
@@ -146,13 +149,11 @@ class _RedisWaker(_Waker):
 
 
 def _waker() -> _Waker:
-    try:
-        if connection.vendor == "postgresql":
-            return _PostgresWaker()
-        if settings.MODULECONFIG_WATCH_REDIS_URL:
-            return _RedisWaker()
-    except (psycopg.Error, redis.RedisError) as exc:
-        log.warning("watch announcements unavailable (%s): polling every %ss", exc, _poll())
+    """PostgreSQL LISTEN, else Redis pub/sub, else plain polling (SQLite without Redis)."""
+    if connection.vendor == "postgresql":
+        return _PostgresWaker()
+    if settings.MODULECONFIG_WATCH_REDIS_URL:
+        return _RedisWaker()
     return _Waker()
 
 
@@ -182,7 +183,8 @@ class ChangeHub:
     def ensure_started(self, timeout: float = 10) -> None:
         with self.cond:
             if self.thread is None or not self.thread.is_alive():
-                self.position = None
+                # A restarted hub keeps its position: it reads on from there, so no watch misses
+                # what was committed meanwhile.
                 self.thread = threading.Thread(target=self._run, name="moduleconfig-watch-hub", daemon=True)
                 self.thread.start()
             if not self.cond.wait_for(lambda: self.position is not None, timeout):
@@ -193,25 +195,36 @@ class ChangeHub:
         return self.first_index + len(self.log)
 
     def _run(self) -> None:
-        waker = _waker()
+        announced = connection.vendor == "postgresql" or bool(settings.MODULECONFIG_WATCH_REDIS_URL)
+        waker: _Waker | None = None
+        retry_at = 0.0  # when to try LISTEN / pub/sub again after it failed
         renew_at = time.monotonic() + settings.MODULECONFIG_WATCH_BOOKMARK_INTERVAL
-        try:
-            while True:
-                try:
-                    self._read()
-                    if time.monotonic() >= renew_at:
-                        renew_at = time.monotonic() + settings.MODULECONFIG_WATCH_BOOKMARK_INTERVAL
-                        with self.cond:
-                            slots = list(self.slots)
-                        watch_services.watch_slots_renew(slot_ids=slots)
-                except DatabaseError as exc:
-                    log.warning("watch hub: %s", exc)
-                    connection.close()
-                    time.sleep(1)
-                    continue
-                waker.wait(_poll())
-        finally:
-            waker.close()
+        while True:
+            try:
+                if waker is None or (announced and type(waker) is _Waker and time.monotonic() >= retry_at):
+                    try:  # listen first, read second: nothing committed in between goes unheard
+                        waker = _waker()
+                    except (psycopg.Error, redis.RedisError, OSError) as exc:
+                        log.warning("watch announcements unavailable (%s): polling meanwhile", exc)
+                        waker, retry_at = _Waker(), time.monotonic() + 30
+                self._read()
+                if time.monotonic() >= renew_at:
+                    renew_at = time.monotonic() + settings.MODULECONFIG_WATCH_BOOKMARK_INTERVAL
+                    with self.cond:
+                        slots = list(self.slots)
+                    watch_services.watch_slots_renew(slot_ids=slots)
+                degraded = announced and type(waker) is _Waker
+                waker.wait(min(_poll(), DEGRADED_POLL) if degraded else _poll())
+            except DatabaseError as exc:
+                log.warning("watch hub: %s", exc)
+                connection.close()
+                time.sleep(1)
+            except (psycopg.Error, redis.RedisError, OSError) as exc:  # LISTEN or pub/sub lost
+                log.warning("watch hub announcements: %s; listening again", exc)
+                with contextlib.suppress(psycopg.Error, redis.RedisError, OSError):
+                    if waker is not None:
+                        waker.close()
+                waker = None
 
     def _read(self) -> None:
         if self.position is None:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from django.contrib.auth.models import User
 
-from fleet.models import ModuleConfig
+from fleet.models import Kyma, ModuleConfig
 from kernel.api_tokens import api_token_create
 from pki import services as pki
 from runtime_emulator.kubelet import ProcessKubelet
@@ -46,7 +46,11 @@ def control_plane() -> Iterator[dict]:
     listener = start_listener()
     started = [listener.process]
     try:
-        started.append(start_worker(concurrency=2, WATCHER_KCP_ADDR=f"localhost:{listener.port}"))
+        started.append(
+            start_worker(
+                concurrency=2, WATCHER_KCP_ADDR=f"localhost:{listener.port}", WATCHER_HEARTBEAT_INTERVAL="1"
+            )
+        )
         web, url = start_web(MODULECONFIG_WATCH_BOOKMARK_INTERVAL="1")
         started.append(web)
         yield {"url": url, "processes": started}
@@ -96,6 +100,11 @@ def test_a_module_cr_edit_reaches_the_sdk_manager_and_its_manifests_the_runtime(
             watching,
         )
         assert not Watcher.objects.exists()  # nobody wrote a Watcher for keda (or for anything)
+        eventually(  # the runtime watcher runs (its webhook calls before that are ignored)
+            lambda: Kyma.objects.filter(pk=kyma.pk, watcher_last_seen_at__isnull=False).exists(),
+            "the runtime watcher's first heartbeat",
+            watching,
+        )
 
         # A user edits the module CR in the runtime: the manifest follows.
         runtime.edit_as_user("Keda", "default", lambda obj: obj["spec"].update(replicas=3), "kyma-system")
