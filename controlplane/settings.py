@@ -457,6 +457,37 @@ RECONCILE_MIN_SPACING: float = env.float("RECONCILE_MIN_SPACING", default=1.0)
 RECONCILE_SWEEP_INTERVAL: float = env.float("RECONCILE_SWEEP_INTERVAL", default=2)
 RECONCILE_SWEEP_LIMIT: int = env.int("RECONCILE_SWEEP_LIMIT", default=5000)
 MODULE_NOTIFY_TIMEOUT: float = env.float("MODULE_NOTIFY_TIMEOUT", default=5)
+
+# --- Watches of ModuleConfigs (GET /api/v1/moduleconfigs/?watch=true) -------------------------------
+
+# Threads each web process keeps for watches, on top of WEB_THREADS for every other request: a
+# watch holds its thread while it streams, so watches can never take the admin's or API's threads.
+WEB_WATCH_THREADS: int = env.int("WEB_WATCH_THREADS", default=32)
+MODULECONFIG_WATCH_PER_CREDENTIAL: int = env.int("MODULECONFIG_WATCH_PER_CREDENTIAL", default=10)
+MODULECONFIG_WATCH_BOOKMARK_INTERVAL: float = env.float("MODULECONFIG_WATCH_BOOKMARK_INTERVAL", default=10)
+MODULECONFIG_WATCH_TIMEOUT: float = env.float("MODULECONFIG_WATCH_TIMEOUT", default=1800)
+# How often a web process looks for new revisions without being told (SQLite has no notifications;
+# with PostgreSQL LISTEN or Redis pub/sub this only covers a lost announcement).
+MODULECONFIG_WATCH_POLL_INTERVAL: float = env.float(
+    "MODULECONFIG_WATCH_POLL_INTERVAL",
+    default=0.1 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3" else 5,
+)
+MODULECONFIG_WATCH_SLOT_TTL: float = env.float("MODULECONFIG_WATCH_SLOT_TTL", default=60)
+# Deleted ModuleConfigs are remembered this long for resumed watches (older: 410, start over).
+MODULECONFIG_DELETIONS_KEPT_DAYS: int = env.int("MODULECONFIG_DELETIONS_KEPT_DAYS", default=7)
+# Redis for revision announcements when the database is not PostgreSQL (auto: the flags' Redis).
+_watch_redis = env.str("MODULECONFIG_WATCH_REDIS_URL", default="auto")
+MODULECONFIG_WATCH_REDIS_URL: str = RECONCILE_FLAGS_URL if _watch_redis == "auto" else _watch_redis
+if WEB_WATCH_THREADS < 1 or MODULECONFIG_WATCH_PER_CREDENTIAL < 1:
+    raise ImproperlyConfigured("WEB_WATCH_THREADS and MODULECONFIG_WATCH_PER_CREDENTIAL must be at least 1")
+if (
+    MODULECONFIG_WATCH_BOOKMARK_INTERVAL <= 0
+    or MODULECONFIG_WATCH_BOOKMARK_INTERVAL * 2 > MODULECONFIG_WATCH_SLOT_TTL
+):
+    raise ImproperlyConfigured(
+        "MODULECONFIG_WATCH_BOOKMARK_INTERVAL must be positive and at most half of "
+        "MODULECONFIG_WATCH_SLOT_TTL"
+    )
 if len(RECONCILE_ERROR_BACKOFF) != 2 or not 0 < RECONCILE_ERROR_BACKOFF[0] <= RECONCILE_ERROR_BACKOFF[1]:
     raise ImproperlyConfigured("RECONCILE_ERROR_BACKOFF must be two numbers FIRST,MAX with 0 < FIRST <= MAX")
 

@@ -14,9 +14,14 @@ class FleetConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from django.db.models.signals import post_delete
+
         from kernel.metrics import register_collector
 
         from . import metrics
+        from .models import ModuleConfig
         from .resources import kinds  # noqa: F401 - registers the document kinds
+        from .services.revisions import moduleconfig_deleted
 
         register_collector("kymas", metrics.collect)
+        post_delete.connect(moduleconfig_deleted, sender=ModuleConfig, dispatch_uid="moduleconfig_tombstone")

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 
 from celery import Task, shared_task
 from django.conf import settings
 from django.db import OperationalError
+from django.utils import timezone
 
 from fleet import notifications, queue, selectors
 from fleet.jobs import tasks as jobs_tasks  # noqa: F401 - registers the jobs task
@@ -15,6 +17,7 @@ from fleet.notifications import NotifyFailed
 from fleet.reconciler.run import kyma_reconcile_run
 from fleet.selectors import kyma_ids_all
 from fleet.services.housekeeping import prune_per_kyma
+from fleet.services.revisions import moduleconfig_deletions_prune
 
 log = logging.getLogger(__name__)
 
@@ -85,3 +88,7 @@ def housekeeping() -> None:
     pruned = prune_per_kyma(ReconcileRecord, keep=settings.RECONCILE_RECORDS_KEPT, order_field="started_at")
     if pruned:
         log.info("housekeeping: %d reconcile record(s) pruned", pruned)
+    kept = dt.timedelta(days=settings.MODULECONFIG_DELETIONS_KEPT_DAYS)
+    tombstones = moduleconfig_deletions_prune(older_than=timezone.now() - kept)
+    if tombstones:
+        log.info("housekeeping: %d ModuleConfig deletion record(s) pruned", tombstones)

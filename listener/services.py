@@ -141,6 +141,9 @@ def runtime_for(event_owner: tuple[str, str] | None, identity: ClientIdentity) -
 
 def route_for(component: str) -> Route:
     route = ROUTES.get(component)
+    if route is None and component == settings.LISTENER_RECONCILE_COMPONENT:
+        # The module-CR webhook every runtime gets reports here, with or without a Kyma Watcher.
+        return Route(component, {})
     if route is None:
         raise NotFound(f"no Watcher for component {component!r}")
     return route

@@ -15,6 +15,12 @@ metrics Service ``skr-webhook-metrics``. With ``WATCHER_IMAGE_PULL_SECRET_FILE``
 config it names becomes the Secret ``skr-webhook-pull-secret`` the Deployment pulls its image with.
 Everything is a plain dict, rendered the same way every time, so content hashes say whether
 anything changed.
+
+Beyond the Watchers, the webhook configuration always carries one more webhook,
+``module-crs.operator.kyma-project.io``, with a rule for the CR kind of every module in the catalog
+(the design: the watcher "needs to extend validating webhook configurations for Module CR"). Its
+events go to the lifecycle-manager component, so a user's edit of a module CR reconciles the Kyma,
+which copies the CR's spec into its ModuleConfig for the module's manager: no Watcher per module.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from typing import Any
 
 from django.conf import settings
 
+from fleet.models import Module
 from kernel.documents.dockerconfig import read_docker_config
 from kernel.documents.hashing import stamped
 from pki.crypto import content_hash
@@ -90,12 +97,59 @@ def webhook(watcher: Watcher, ca_bundle: bytes) -> dict[str, Any]:
     }
 
 
-def webhook_configuration(watchers: Iterable[Watcher], ca_bundle: bytes) -> dict[str, Any]:
+MODULE_CRS_WEBHOOK = "module-crs.operator.kyma-project.io"
+
+
+def module_cr_kinds() -> list[tuple[str, str, str]]:
+    """``(group, version, plural)`` of every module CR kind in the catalog, sorted."""
+    found = Module.objects.exclude(cr_plural="").values_list("cr_group", "cr_version", "cr_plural")
+    return sorted(set(found))
+
+
+def module_crs_webhook(kinds: Iterable[tuple[str, str, str]], ca_bundle: bytes) -> dict[str, Any]:
+    """The webhook that reports every module CR change (its spec) to the lifecycle-manager
+    component, whose events reconcile the runtime's Kyma."""
+    return {
+        "name": MODULE_CRS_WEBHOOK,
+        "admissionReviewVersions": ["v1"],
+        "clientConfig": {
+            "caBundle": base64.b64encode(ca_bundle).decode(),
+            "service": {
+                "name": NAME,
+                "namespace": NAMESPACE,
+                "path": f"/validate/{settings.LISTENER_RECONCILE_COMPONENT}",
+                "port": 443,
+            },
+        },
+        "rules": [
+            {
+                "apiGroups": [group],
+                "apiVersions": [version],
+                "resources": [plural],
+                "operations": ["CREATE", "UPDATE", "DELETE"],
+                "scope": "*",
+            }
+            for group, version, plural in kinds
+        ],
+        "sideEffects": "NoneOnDryRun",
+        "failurePolicy": "Ignore",
+        "timeoutSeconds": 15,
+        "matchPolicy": "Equivalent",
+    }
+
+
+def webhook_configuration(
+    watchers: Iterable[Watcher], ca_bundle: bytes, module_kinds: Iterable[tuple[str, str, str]] = ()
+) -> dict[str, Any]:
+    webhooks = [webhook(w, ca_bundle) for w in sorted(watchers, key=lambda w: w.webhook_name)]
+    kinds = list(module_kinds)
+    if kinds:
+        webhooks.append(module_crs_webhook(kinds, ca_bundle))
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
         "metadata": {"name": NAME, "labels": dict(MANAGED_BY)},
-        "webhooks": [webhook(w, ca_bundle) for w in sorted(watchers, key=lambda w: w.webhook_name)],
+        "webhooks": webhooks,
     }
 
 
@@ -295,10 +349,18 @@ def deployment(restart_trigger: str, *, pull_secret: bool = False) -> dict[str, 
     }
 
 
-def runtime_watcher_resources(*, watchers: Iterable[Watcher], tls: dict[str, bytes]) -> list[dict[str, Any]]:
+def runtime_watcher_resources(
+    *,
+    watchers: Iterable[Watcher],
+    tls: dict[str, bytes],
+    module_kinds: Iterable[tuple[str, str, str]] | None = None,
+) -> list[dict[str, Any]]:
     """What one runtime needs, in apply order (what the pod needs before the pod, the webhooks
-    last); each object carries its content hash. Raises :class:`DockerConfigError` when the
-    image pull secret's file cannot be used."""
+    last); each object carries its content hash. ``module_kinds`` defaults to the catalog's
+    (:func:`module_cr_kinds`). Raises :class:`DockerConfigError` when the image pull secret's
+    file cannot be used."""
+    if module_kinds is None:
+        module_kinds = module_cr_kinds()
     restart = content_hash(tls["ca.crt"], tls["tls.crt"], tls["tls.key"])
     registry = docker_config()
     docs = [
@@ -309,7 +371,7 @@ def runtime_watcher_resources(*, watchers: Iterable[Watcher], tls: dict[str, byt
         service(),
         metrics_service(),
         deployment(restart, pull_secret=registry is not None),
-        webhook_configuration(watchers, tls["ca.crt"]),
+        webhook_configuration(watchers, tls["ca.crt"], module_kinds),
     ]
     return [stamped(doc) for doc in docs]
 

@@ -2,6 +2,12 @@
 
 Started by ``python manage.py serve web``, which sets the bind address and the Prometheus
 multi-process directory. Threads keep connections alive and let slow clients not block workers.
+
+A ModuleConfig watch (``?watch=true``) streams for as long as its manager stays connected and holds
+one thread meanwhile, so each process has ``WEB_WATCH_THREADS`` threads more than ``WEB_THREADS``;
+the watch view admits at most ``WEB_WATCH_THREADS`` watches per process (then 503), so the
+``WEB_THREADS`` threads always remain for the admin and the API. A waiting watch costs an idle
+thread and a socket, no database connection (README, "Watching ModuleConfigs").
 """
 
 import os
@@ -9,7 +15,7 @@ import os
 bind = os.environ.get("WEB_BIND", "127.0.0.1:8000")
 workers = int(os.environ.get("WEB_WORKERS", "2"))
 worker_class = "gthread"
-threads = int(os.environ.get("WEB_THREADS", "4"))
+threads = int(os.environ.get("WEB_THREADS", "4")) + int(os.environ.get("WEB_WATCH_THREADS", "32"))
 keepalive = 5
 timeout = 60
 graceful_timeout = 20
@@ -21,6 +27,20 @@ forwarded_allow_ips = os.environ.get("WEB_FORWARDED_ALLOW_IPS", "127.0.0.1")
 proc_name = "controlplane-web"
 # Several gunicorn instances share a host (web, listener): no shared control socket in $HOME.
 control_socket_disable = True
+
+
+def post_worker_init(worker: object) -> None:
+    """On SIGTERM, end the worker's ModuleConfig watches first: an open watch would otherwise
+    hold the graceful shutdown for ``graceful_timeout`` (its manager resumes from its revision)."""
+    import signal
+
+    from fleet.api.watch import HUB
+
+    def stop(sig: int, frame: object) -> None:
+        HUB.shutdown()
+        worker.handle_exit(sig, frame)
+
+    signal.signal(signal.SIGTERM, stop)
 
 
 def child_exit(server: object, worker: object) -> None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, ClassVar
 
+from django.conf import settings
 from django.db.models import QuerySet
+from django.http import StreamingHttpResponse
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import status
 from rest_framework.decorators import action
@@ -29,12 +32,16 @@ from fleet.resources.kinds import KymaKind, ModuleConfigKind, ModuleKind, SyncRe
 from fleet.selectors import kyma_has_module_config
 from fleet.services import kymas as kyma_services
 from fleet.services import modules as module_services
+from fleet.services import revisions
+from fleet.services import watches as watch_services
 from kernel.api.authentication import ScopedPrincipal
 from kernel.api.resources import ERROR_SCHEMA, ResourceReadViewSet, ResourceViewSet, document_schema
 from kernel.documents import registry
 from kernel.documents.schema import schema_errors
 from kernel.documents.yamlio import dump_yaml
 from kernel.errors import ApplicationError, ValidationFailed
+
+from . import watch
 
 KUBECONFIG_STATE = {"type": "object", "properties": {"set": {"type": "boolean"}}}
 RECONCILE_ANSWER = {
@@ -215,7 +222,11 @@ _MODULECONFIG_DOCS = document_schema(
     tags=["moduleconfigs"],
     descriptions={
         "list": "Ordered by revision. Module managers catch up with ?since_revision=N "
-        "(N = the highest metadata.resourceVersion they have seen)."
+        "(N = the highest metadata.resourceVersion they have seen). With &watch=true the answer is "
+        "a stream of changes, one JSON object per line: "
+        '{"type": "ADDED|MODIFIED|DELETED|BOOKMARK", "object": {...}}, resumable from any '
+        "resourceVersion received (watch parameters: module, since_revision, timeoutSeconds; "
+        "429 beyond MODULECONFIG_WATCH_PER_CREDENTIAL open watches of one credential)."
     },
 )
 
@@ -228,6 +239,59 @@ class ModuleConfigViewSet(ModuleScopedViewSet):
     filterset_class = ModuleConfigFilterSet
     # Written by the control plane; module managers only report status (the action below).
     ordering = ("revision",)
+
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Any:
+        if request.query_params.get("watch") in ("true", "1"):
+            return self._watch(request)
+        return super().list(request, *args, **kwargs)
+
+    def _watch(self, request: Request) -> StreamingHttpResponse:
+        params = request.query_params
+        unknown = sorted(set(params) - WATCH_PARAMETERS)
+        if unknown:
+            raise ValidationFailed(
+                "a watch takes only module, since_revision and timeoutSeconds",
+                errors=[(name, "not supported with watch=true") for name in unknown],
+            )
+        since = _whole_number(params, "since_revision", 0)
+        timeout = _whole_number(params, "timeoutSeconds", int(settings.MODULECONFIG_WATCH_TIMEOUT))
+        timeout = min(max(timeout, 1), settings.MODULECONFIG_WATCH_TIMEOUT)
+        module = params.get("module", "")
+        credential = module_credential(request)
+        if credential is not None:  # a module manager watches its own module only
+            if module:
+                refuse_other_module(credential, f"?module={module}", module)
+            module = credential.module.name
+        if since > watch.committed_revision():
+            raise RevisionFromElsewhere(
+                f"since_revision {since} is newer than this control plane's latest revision "
+                f"({watch.committed_revision()}): its data was reset or restored; start again from 0"
+            )
+        compacted = revisions.moduleconfig_compacted_revision()
+        if 0 < since < compacted:
+            raise RevisionFromElsewhere(
+                f"since_revision {since} is too old: deletions up to revision {compacted} were pruned "
+                "(MODULECONFIG_DELETIONS_KEPT_DAYS); start again from 0"
+            )
+        if module and not Module.objects.filter(name=module).exists():
+            raise ValidationFailed(
+                "unknown module", errors=[("module", f"no module {module!r} in the catalog")]
+            )
+        if not watch.CAPACITY.acquire(blocking=False):
+            raise WatchCapacityFull(
+                f"this web process already serves {settings.WEB_WATCH_THREADS} watches (WEB_WATCH_THREADS); "
+                "retry shortly (another process may have room)"
+            )
+        try:
+            slot = watch_services.watch_slot_claim(credential=_credential(request), module=module)
+        except BaseException:
+            watch.CAPACITY.release()
+            raise
+        stream = watch.WatchStream(since=since, module=module, slot_id=slot.pk, timeout=timeout)
+        response = StreamingHttpResponse(stream, content_type="application/json;stream=watch")
+        response["Cache-Control"] = "no-cache"
+        response["X-Accel-Buffering"] = "no"  # a buffering proxy would hold the lines back
+        return response
 
     @extend_schema(
         tags=["moduleconfigs"],
@@ -244,6 +308,39 @@ class ModuleConfigViewSet(ModuleScopedViewSet):
         module_services.moduleconfig_set_status(config=config, status=request.data)
         config.refresh_from_db()
         return Response(self.document(config))
+
+
+WATCH_PARAMETERS = {"watch", "module", "since_revision", "timeoutSeconds", "allowWatchBookmarks"}
+
+
+class RevisionFromElsewhere(ApplicationError):
+    status_code = 410
+    code = "gone"
+
+
+class WatchCapacityFull(ApplicationError):
+    status_code = 503
+    code = "watch_capacity_full"
+
+
+def _whole_number(params: Any, name: str, default: int) -> int:
+    value = params.get(name)
+    if value is None or value == "":
+        return default
+    if not value.isdigit():
+        raise ValidationFailed(f"invalid {name}", errors=[(name, "a whole number >= 0 is required")])
+    return int(value)
+
+
+def _credential(request: Request) -> str:
+    """What the per-credential watch bound counts: the authenticated token (its table and id,
+    hashed: a legacy DRF token's id is its key), else the session's user."""
+    auth = request.auth
+    pk = getattr(auth, "pk", None)
+    if pk is not None:
+        digest = hashlib.sha256(str(pk).encode()).hexdigest()[:32]
+        return f"{auth._meta.label_lower}:{digest}"
+    return f"user:{request.user.pk}"
 
 
 @extend_schema_view(**document_schema(_kind(SyncResourceKind), tags=["syncresources"]))

@@ -6,7 +6,7 @@ from .credentials import MODULE_KEY_MARKER, ModuleCredential
 from .jobs import Job, JobKind, JobStatus
 from .kyma import Kyma, KymaState
 from .module import Module
-from .moduleconfig import ModuleConfig, RevisionCounter
+from .moduleconfig import ModuleConfig, ModuleConfigDeletion, ModuleConfigWatch, RevisionCounter
 from .records import ReconcileRecord
 from .syncresource import ApplyStrategy, DeletionPolicy, ManifestState, SyncResource
 
@@ -22,6 +22,8 @@ __all__ = [
     "ManifestState",
     "Module",
     "ModuleConfig",
+    "ModuleConfigDeletion",
+    "ModuleConfigWatch",
     "ModuleCredential",
     "NamespacedResourceModel",
     "ReconcileRecord",

@@ -59,6 +59,8 @@ class ModuleConfig(NamespacedResourceModel):
         validators=[schema.SchemaValidator(MODULE_CONFIG_STATUS_SCHEMA, "status")],
     )
     revision = models.BigIntegerField(default=0, db_index=True, editable=False)
+    # The revision that created it: a watch resumed from N calls it ADDED when this is above N.
+    created_revision = models.BigIntegerField(default=0, editable=False)
 
     SPEC_FIELDS: ClassVar[tuple[str, ...]] = ("spec",)
     REVISION_SEQUENCE = "moduleconfig"
@@ -69,3 +71,52 @@ class ModuleConfig(NamespacedResourceModel):
             models.UniqueConstraint(fields=["kyma", "module"], name="moduleconfig_unique_kyma_module")
         ]
         ordering = ["revision"]
+
+
+class ModuleConfigDeletion(models.Model):
+    """A deleted ModuleConfig, with the revision of its deletion (a tombstone).
+
+    A watch resumed from revision N must tell its manager about configs deleted after N (a module
+    removed from a Kyma, a Kyma or Module deleted) although their rows are gone; this row keeps
+    what a DELETED event needs. Written by the ``post_delete`` receiver in ``fleet.services``.
+    """
+
+    revision = models.BigIntegerField(unique=True)
+    uid = models.UUIDField()
+    namespace = models.CharField(max_length=63)
+    name = models.CharField(max_length=253)
+    kyma_name = models.CharField(max_length=253)
+    runtime_id = models.CharField(max_length=253, blank=True)
+    module_name = models.CharField(max_length=63, db_index=True)
+    deleted_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = "module config deletion"
+        ordering = ["revision"]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}@{self.revision}"
+
+
+class ModuleConfigWatch(models.Model):
+    """One open watch of ModuleConfigs, holding one of its credential's slots.
+
+    ``(credential, slot)`` is unique and a credential has ``MODULECONFIG_WATCH_PER_CREDENTIAL``
+    slots, so the bound holds across every web process without a lock; ``expires_at`` is renewed
+    while the watch streams, so the slot of a process that died frees itself.
+    """
+
+    credential = models.CharField(max_length=128)
+    slot = models.PositiveIntegerField()
+    module = models.CharField(max_length=63, blank=True)
+    opened_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        verbose_name = "module config watch"
+        constraints = [
+            models.UniqueConstraint(fields=["credential", "slot"], name="moduleconfigwatch_unique_slot")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.credential}#{self.slot}"

@@ -14,7 +14,8 @@ from typing import Any
 from django.core.exceptions import ValidationError
 
 from fleet.k8s.client import RuntimeAPIError, client_for
-from fleet.models import Kyma
+from fleet.models import Kyma, Module
+from fleet.reconciler.modules import module_resource
 from fleet.reconciler.runtime_kyma import API_VERSION, NAME, NAMESPACE
 from kernel.errors import ApplicationError, NotFound, ValidationFailed
 
@@ -65,6 +66,44 @@ def runtime_kyma_edit(
             changes["modules"] = modules
         if changes:
             client.patch(API_VERSION, "Kyma", NAME, NAMESPACE, {"spec": changes}, field_manager=FIELD_MANAGER)
+        return changes
+    except RuntimeAPIError as exc:
+        raise RuntimeUnavailable(f"runtime of {kyma.key}: {exc.message}") from exc
+
+
+def runtime_module_edit(*, kyma: Kyma, module: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """Merge ``spec`` into the module CR's spec inside the runtime (``kubectl patch --type=merge``,
+    as the runtime's user); returns the fields that changed (``{}``: nothing to do). The
+    module-CR webhook reports it, the reconcile copies it into the ModuleConfig, and the module's
+    manager answers with manifests."""
+    catalog = Module.objects.filter(name=module).first()
+    if catalog is None:
+        raise ValidationFailed(f"unknown module {module!r}", errors=[("module", "not in the module catalog")])
+    if not spec:
+        raise ValidationFailed("nothing to change", errors=[("spec", "give at least one FIELD=VALUE")])
+    if not kyma.kubeconfig:
+        raise ValidationFailed(f"Kyma {kyma.key} has no kubeconfig: its runtime cannot be reached")
+    doc = module_resource(catalog, kyma.runtime_id)
+    meta = doc["metadata"]
+    client = client_for(kyma.pk, kyma.kubeconfig)
+    try:
+        live = client.get(doc["apiVersion"], doc["kind"], meta["name"], meta["namespace"])
+        if live is None:
+            raise NotFound(
+                f"the runtime of {kyma.key} has no {doc['kind']} {meta['namespace']}/{meta['name']} "
+                f"(is {module} enabled and reconciled?)"
+            )
+        current = live.get("spec") or {}
+        changes = {key: value for key, value in spec.items() if current.get(key) != value}
+        if changes:
+            client.patch(
+                doc["apiVersion"],
+                doc["kind"],
+                meta["name"],
+                meta["namespace"],
+                {"spec": changes},
+                field_manager=FIELD_MANAGER,
+            )
         return changes
     except RuntimeAPIError as exc:
         raise RuntimeUnavailable(f"runtime of {kyma.key}: {exc.message}") from exc

@@ -7,10 +7,12 @@ from typing import Any
 from django.db import transaction
 
 from fleet import queue
-from fleet.models import Kyma, Module, ModuleConfig, RevisionCounter, SyncResource
+from fleet.models import Kyma, Module, ModuleConfig, SyncResource
 from fleet.selectors import kyma_ids_using_module
 from kernel.errors import Conflict
 from kernel.services import deletion_begin, resource_save, stored_spec, upsert
+
+from .revisions import moduleconfig_revision_next
 
 
 def module_save(module: Module) -> bool:
@@ -64,7 +66,9 @@ def moduleconfig_upsert(
         config.spec = spec
         config.source_generation = source_generation
         config.source_resource_version = source_resource_version
-        config.revision = RevisionCounter.next(ModuleConfig.REVISION_SEQUENCE)
+        config.revision = moduleconfig_revision_next()
+        if config.pk is None:
+            config.created_revision = config.revision
         resource_save(config, before=before)
     return config, True
 
@@ -76,7 +80,7 @@ def moduleconfig_set_status(*, config: ModuleConfig, status: dict) -> bool:
         if config.status == status:
             return False
         config.status = status
-        config.revision = RevisionCounter.next(ModuleConfig.REVISION_SEQUENCE)
+        config.revision = moduleconfig_revision_next()
         resource_save(config, before=config.spec_snapshot())
         queue.request([config.kyma_id], reason="module status reported")
     return True

@@ -94,6 +94,13 @@ class TestOwnModule:
 
 
 class TestOtherModule:
+    def test_given_keda_credential_when_watching_serverless_then_403_before_any_stream(self, fleet):
+        response = client_with(fleet["key"]).get(CONFIGS, {"module": "serverless", "watch": "true"})
+        assert response.status_code == 403
+        assert response.json()["detail"] == (
+            "this credential belongs to module keda; ?module=serverless is module serverless"
+        )
+
     def test_given_keda_credential_when_reading_a_serverless_config_then_403_naming_both(self, fleet):
         config = fleet["configs"]["serverless"]
         response = client_with(fleet["key"]).get(f"{CONFIGS}{config.uid}/")

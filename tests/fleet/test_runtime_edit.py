@@ -93,3 +93,29 @@ def test_given_a_runtime_down_when_edited_then_the_error_names_it(reconciled, em
     emulator_host.run(runtime.close())
     with pytest.raises(CommandError, match="runtime of kcp-system/edited: "):
         edit("edited", "--channel", "fast")
+
+
+def test_given_a_module_spec_when_edited_then_the_module_cr_in_the_runtime_changes(reconciled):
+    runtime, kyma = reconciled
+    out = edit("kcp-system/edited", "--module-spec", "keda", "replicas=3", "logLevel=debug")
+    assert "replicas=3" in out and 'logLevel="debug"' in out
+    assert runtime.get_object("Keda", "default", "kyma-system")["spec"] == {
+        "replicas": 3,
+        "logLevel": "debug",
+    }
+    assert "already says so" in edit("kcp-system/edited", "--module-spec", "keda", "replicas=3")
+    reconcile(kyma)
+    assert kyma.module_configs.get().spec == {"replicas": 3, "logLevel": "debug"}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--module-spec", "nope", "a=1"], "unknown module 'nope'"),
+        (["--module-spec", "keda", "replicas"], "expected FIELD=VALUE"),
+        (["--module-spec", "keda"], "nothing to change"),
+    ],
+)
+def test_given_a_bad_module_spec_when_edited_then_a_precise_error(reconciled, args, message):
+    with pytest.raises(CommandError, match=message):
+        edit("kcp-system/edited", *args)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
+from fleet.k8s.client import RuntimeClient, client_for
 from fleet.models import Kyma
 from listener.models import WatchEventRecord
 from pki import services as pki
@@ -31,6 +32,11 @@ def eventually(check: Callable[[], object], what: str, up: Process, timeout: flo
             return
         time.sleep(0.2)
     raise AssertionError(f"{what} did not happen within {timeout} s:\n{up.output()}")
+
+
+def keda_replicas(runtime: RuntimeClient) -> int | None:
+    deployment = runtime.get("apps/v1", "Deployment", "keda-operator", "kyma-system")
+    return deployment and deployment["spec"]["replicas"]
 
 
 def watcher_processes(kcp_addr: str) -> list[int]:
@@ -83,6 +89,16 @@ def test_up_runs_the_control_plane_with_simulated_runtimes_whose_changes_flow_in
             up,
             timeout=15,
         )
+
+        # The module loop: the SDK's example keda manager answers the keda CR's spec with a
+        # Deployment in that runtime, and follows an edit of the CR made inside the runtime.
+        kyma = Kyma.objects.get(name="demo-3")
+        runtime = client_for(kyma.pk, kyma.kubeconfig)
+        eventually(lambda: keda_replicas(runtime) == 1, "the keda manager's Deployment in demo-3", up)
+        out = StringIO()
+        call_command("runtime_edit", "demo-3", "--module-spec", "keda", "replicas=3", stdout=out)
+        assert "replicas=3" in out.getvalue()
+        eventually(lambda: keda_replicas(runtime) == 3, "the manifest follows the CR", up, timeout=20)
     finally:
         up.signal(signal.SIGINT)
         up.proc.wait(30)

@@ -16,6 +16,7 @@ from tests.factories import KymaFactory
 from tests.fleet.reconciler.helpers import reconcile
 from tests.support.runtimes import KLM, connected_kyma, keda_module
 from watchers.models import Watcher
+from watchers.rendering import MODULE_CRS_WEBHOOK
 from watchers.resources import WatcherKind
 from watchers.services import watcher_apply, watcher_delete
 from watchers.status import CONDITION, watchers_status_refresh
@@ -40,7 +41,7 @@ def rollout(watcher: Watcher) -> dict:
 
 def webhooks(runtime) -> list[str]:
     config = runtime.get_object("validatingwebhookconfigurations", "skr-webhook")
-    return [w["name"] for w in config["webhooks"]]
+    return [w["name"] for w in config["webhooks"] if w["name"] != MODULE_CRS_WEBHOOK]
 
 
 def upstream_status_schema() -> dict:

@@ -20,7 +20,7 @@ CONFIGS = {
 
 WSGI_APPS = {"web": "controlplane.wsgi:application", "listener": "listener.wsgi:application"}
 ROLE_SETTINGS = {
-    "web": ("WEB_BIND", "WEB_WORKERS"),
+    "web": ("WEB_BIND", "WEB_WORKERS", "WEB_WATCH_THREADS"),
     "listener": (
         "LISTENER_BIND",
         "LISTENER_WORKERS",

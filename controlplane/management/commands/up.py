@@ -52,6 +52,7 @@ def roles(*, demo: bool) -> list[tuple[str, list[str]]]:
     ]
     if demo:
         found.append(("runtimes", [*manage, "demo"]))
+        found.append(("manager", [*manage, "demo_manager"]))  # the SDK's example keda manager
     return found
 
 

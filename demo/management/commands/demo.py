@@ -5,7 +5,10 @@ kubeconfig. The worker reconciles it like any runtime: it deploys the runtime wa
 loopback kubelet runs as a real ``python -m watchers.runtime`` process, so a change inside a
 runtime travels webhook → watcher → listener (mutual TLS) → broker → worker as in production.
 
-While it runs, a simulated module manager reports every module Ready. A simulated user that edits
+While it runs, a simulated module manager reports every module Ready, except keda: its manager is
+the SDK's example (``manage.py demo_manager``, a role of ``make run``), which answers the keda CR's
+spec with a Deployment and a ConfigMap in that runtime (``runtime_edit demo-1 --module-spec keda
+replicas=3``). A simulated user that edits
 one runtime's Kyma every ``--edit-every`` seconds (switching its channel) is off by default: it
 would race the edits a person makes (``runtime_edit`` would find its own change undone, or
 already made). Edit a runtime yourself with ``manage.py runtime_edit demo-1 --channel fast``. The emulated
@@ -39,9 +42,11 @@ from watchers.services import watcher_apply
 NAMESPACE = "kcp-system"
 DEMO_LABEL = {"controlplane.kyma-project.io/demo": "true"}
 MODULES = {
-    "keda": ("Keda", {"spec": {"resources": {"operator": {"limits": {"cpu": "800m"}}}}}),
+    "keda": ("Keda", {"spec": {"replicas": 1, "logLevel": "info"}}),
     "serverless": ("Serverless", {"spec": {"dockerRegistry": {"enableInternal": True}}}),
 }
+# Modules whose manager is the SDK's example (manage.py demo_manager), not the stand-in below.
+MANAGED_BY_SDK = ("keda",)
 LIFECYCLE_WATCHER = {
     "namespace": NAMESPACE,
     "name": "klm-watcher",
@@ -93,7 +98,8 @@ def register(runtime: RuntimeEmulator, number: int) -> Kyma:
 def report_modules_ready(kymas: list[Kyma]) -> list[str]:
     """The simulated module managers: every module of a demo Kyma reports Ready."""
     reported = []
-    for config in ModuleConfig.objects.filter(kyma__in=kymas).select_related("kyma", "module"):
+    configs = ModuleConfig.objects.filter(kyma__in=kymas).exclude(module__name__in=MANAGED_BY_SDK)
+    for config in configs.select_related("kyma", "module"):
         if (config.status or {}).get("state") == "Ready":
             continue
         module_services.moduleconfig_set_status(config=config, status={"state": "Ready"})
@@ -131,7 +137,8 @@ class Command(BaseCommand):
             kymas = [register(host.create(f"demo-{n}"), n) for n in range(1, count + 1)]
             self.stdout.write(
                 f"{count} simulated runtimes: {', '.join(k.name for k in kymas)} "
-                f"(edit one: python manage.py runtime_edit demo-1 --channel fast)"
+                "(edit one: python manage.py runtime_edit demo-1 --channel fast, "
+                "or --module-spec keda replicas=3)"
             )
             self.run(kymas, every)
         except KeyboardInterrupt:

@@ -59,8 +59,20 @@ class TestFirstReconcile:
         kyma = connected_kyma(runtime)
         reconcile(kyma)
         config = runtime.get_object("validatingwebhookconfigurations", "skr-webhook")
-        [hook] = config["webhooks"]
+        hook, modules = config["webhooks"]
         assert hook["name"] == "kcp-system.klm-watcher.operator.kyma-project.io"
+        # Module CRs of the catalog are watched without a Watcher of their own.
+        assert modules["name"] == "module-crs.operator.kyma-project.io"
+        assert modules["clientConfig"]["service"]["path"] == "/validate/lifecycle-manager"
+        assert modules["rules"] == [
+            {
+                "apiGroups": ["operator.kyma-project.io"],
+                "apiVersions": ["v1alpha1"],
+                "resources": ["kedas"],
+                "operations": ["CREATE", "UPDATE", "DELETE"],
+                "scope": "*",
+            }
+        ]
         assert hook["clientConfig"]["service"]["path"] == "/validate/lifecycle-manager"
         assert hook["rules"][0]["resources"] == ["kymas"] and hook["rules"][0]["apiVersions"] == ["*"]
         assert hook["objectSelector"] == {"matchLabels": {"operator.kyma-project.io/watched-by": "kyma"}}

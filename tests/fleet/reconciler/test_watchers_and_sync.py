@@ -10,6 +10,7 @@ from pki import services as pki
 from tests.fleet.reconciler.helpers import conditions, reconcile
 from tests.support.runtimes import connected_kyma, keda_module, klm_watcher
 from watchers.models import Watcher
+from watchers.rendering import MODULE_CRS_WEBHOOK
 from watchers.services import watcher_apply, watcher_delete, watchers_finalize
 
 pytestmark = pytest.mark.django_db
@@ -34,7 +35,9 @@ def catalog():
 
 def webhooks(runtime) -> list[str]:
     return [
-        w["name"] for w in runtime.get_object("validatingwebhookconfigurations", "skr-webhook")["webhooks"]
+        w["name"]
+        for w in runtime.get_object("validatingwebhookconfigurations", "skr-webhook")["webhooks"]
+        if w["name"] != MODULE_CRS_WEBHOOK  # the catalog's module CRs, not a Watcher's
     ]
 
 

@@ -1,0 +1,364 @@
+"""The module loop, end to end: a module CR edited in a runtime → its manifest changed there.
+
+Every part is real and separate: emulated runtimes whose API server calls the module-CR webhook
+(our runtime watcher process, run by the loopback kubelet), the listener (gunicorn, mutual TLS),
+Celery workers reconciling the Kyma (ModuleConfig updated), the web role streaming the change to
+the SDK's example keda manager (its own process, ``sdk/examples/keda_manager.py``), which
+publishes a SyncResource, which a worker applies into the runtime. No Watcher exists. Measured
+per edit: from just before the edit to the moment the runtime's ``keda-operator`` Deployment has
+the new ``replicas``.
+
+  (a) at rest: one edit at a time on --runtimes runtimes;
+  (b) the same while --load-rate edits/s hit --load-runtimes other runtimes' keda CRs;
+  (c) --watches open watches of the web role all receiving one change (per watch: change
+      committed → line received), over --rounds changes.
+
+The chain holds two reconciles of the same Kyma (the CR's spec into the ModuleConfig, then the
+manager's SyncResource into the runtime); ``RECONCILE_MIN_SPACING`` (1 s by default) spaces them
+on purpose, so it is part of (a) and (b): ``--min-spacing`` sets it for the workers (printed).
+Goals: (a) p99 ≤ 1 s, (b) p99 ≤ 2 s, (c) p99 ≤ 200 ms. The last line is
+``module_chain: p50_ms=X p99_ms=Y loaded_p99_ms=Z watch_p99_ms=W``.
+
+    BENCH_DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench \\
+    BENCH_BROKER_URL=redis://127.0.0.1:6379/15 python bench/module_chain.py
+    python bench/module_chain.py --runtimes 2 --load-runtimes 4 --load-rate 5 --samples 10 --watches 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import itertools
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from common import (
+    ROOT,
+    database_label,
+    free_port,
+    percentile,
+    setup_django,
+    start_listener,
+    start_workers,
+    stop_processes,
+    wait_port,
+)
+
+if os.environ.get("BENCH_BROKER_URL"):
+    os.environ["CELERY_BROKER_URL"] = os.environ["BENCH_BROKER_URL"]
+setup_django("module-chain")
+
+from django.contrib.auth.models import User
+
+from fleet import queue
+from fleet.models import Kyma, Module
+from fleet.services import modules as module_services
+from kernel.api_tokens import api_token_create
+from kernel.documents.yamlio import dump_yaml
+from kernel.sealing import Sealed
+from pki import services as pki
+from pki.models import Certificate
+from runtime_emulator import EmulatorHost, crd_manifest
+from runtime_emulator.kubelet import ProcessKubelet
+from watchers.models import Watcher
+
+GROUP, VERSION = "operator.kyma-project.io", "v1alpha1"
+
+
+def reset() -> None:
+    Certificate.objects.filter(kyma__isnull=False).delete()
+    Kyma.objects.all().delete()
+    Watcher.objects.all().delete()  # the chain needs none
+    Module.objects.filter(name__in=["keda", "keda-watch"]).delete()
+    User.objects.filter(username="bench-manager").delete()
+    pki.ca_bootstrap()
+    for name in ("keda", "keda-watch"):
+        Module.objects.create(
+            name=name,
+            channels={"regular": "1.0.0"},
+            cr_group=GROUP,
+            cr_version=VERSION,
+            cr_kind="Keda",
+            cr_plural="kedas",
+            default_cr={"spec": {"replicas": 1}},
+        )
+
+
+def register(runtimes: list, prefix: str) -> list[Kyma]:
+    for runtime in runtimes:
+        runtime.register_crd(crd_manifest(GROUP, "Keda", versions=(VERSION,)))
+    Kyma.objects.bulk_create(
+        Kyma(
+            uid=uuid.uuid4(),
+            namespace="kcp-system",
+            name=f"{prefix}-{n:03d}",
+            runtime_id=f"rt-{prefix}-{n:03d}",
+            skr_domain=f"{prefix}-{n:03d}.kyma.example.com",
+            modules=[{"name": "keda"}],
+            kubeconfig=Sealed.seal(dump_yaml([runtime.kubeconfig()])),
+        )
+        for n, runtime in enumerate(runtimes)
+    )
+    kymas = list(Kyma.objects.filter(name__startswith=f"{prefix}-").order_by("name"))
+    pki.certificates_issue_bulk(kymas=kymas)
+    return kymas
+
+
+def replicas(runtime: object) -> int | None:
+    deployment = runtime.get_object("Deployment", "keda-operator", "kyma-system")
+    return deployment and deployment["spec"]["replicas"]
+
+
+def converge(runtimes: list, kymas: list[Kyma], timeout: float = 300) -> None:
+    """Until every runtime has the manager's Deployment and a reporting watcher."""
+    ids = [k.pk for k in kymas]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        reporting = Kyma.objects.filter(pk__in=ids, watcher_last_seen_at__isnull=False).count()
+        if reporting == len(ids) and all(replicas(r) is not None for r in runtimes):
+            return
+        queue.request(ids, reason="bench: converge")
+        time.sleep(1)
+    raise TimeoutError(f"not converged: {sum(replicas(r) is None for r in runtimes)} runtimes lack keda")
+
+
+def set_replicas(value: int) -> object:
+    return lambda obj: obj["spec"].update(replicas=value)
+
+
+def measure(runtimes: list, samples: int, values: itertools.count) -> list[float]:
+    """Edit the keda CR in the runtimes one after another; seconds until the Deployment follows."""
+    latencies = []
+    for index in range(samples):
+        runtime = runtimes[index % len(runtimes)]
+        value = next(values)
+        started = time.monotonic()
+        runtime.edit_as_user("Keda", "default", set_replicas(value), "kyma-system")
+        deadline = started + 30
+        while replicas(runtime) != value:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{runtime.name}: replicas {value} not applied within 30 s")
+            time.sleep(0.005)
+        latencies.append(time.monotonic() - started)
+    return latencies
+
+
+def load(runtimes: list, rate: float, stop: threading.Event, done: list[int]) -> None:
+    """Edits of the load runtimes' keda CRs at ``rate`` per second, round robin."""
+    interval, due = 1 / rate, time.monotonic()
+    for runtime in itertools.cycle(runtimes):
+        if stop.is_set():
+            return
+        runtime.edit_as_user("Keda", "default", set_replicas(random.randint(2, 9)), "kyma-system")
+        done[0] += 1
+        due += interval
+        stop.wait(max(0.0, due - time.monotonic()))
+
+
+def open_watch(port: int, key: str, since: int) -> http.client.HTTPResponse:
+    while True:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        conn.request(
+            "GET",
+            f"/api/v1/moduleconfigs/?module=keda-watch&since_revision={since}&watch=true",
+            headers={"Authorization": f"Token {key}"},
+        )
+        response = conn.getresponse()
+        if response.status == 200:
+            return response
+        response.read()
+        conn.close()
+        time.sleep(0.05)  # 503: that process's watch threads are full, another has room
+
+
+def workers_rss_kib(master: int) -> int:
+    """Resident memory of the gunicorn master's worker processes (what open watches cost)."""
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if int((entry / "stat").read_text().rpartition(")")[2].split()[1]) != master:
+                continue
+            status = (entry / "status").read_text()
+        except (OSError, ValueError, IndexError):
+            continue
+        total += next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+    return total
+
+
+def fan_out(port: int, key: str, watches: int, rounds: int, master: int) -> list[float]:
+    """``watches`` open watches; per round one change; seconds from commit to each watch's line."""
+    before = workers_rss_kib(master)
+    kyma = Kyma.objects.create(namespace="kcp-system", name="watch-target", runtime_id="rt-watch-target")
+    module = Module.objects.get(name="keda-watch")
+    config, _ = module_services.moduleconfig_upsert(
+        kyma=kyma, module=module, spec={"n": 0}, source_generation=0, source_resource_version=""
+    )
+    received: list[list[float]] = [[] for _ in range(watches)]
+    ready = threading.Barrier(watches + 1)
+
+    def follow(index: int) -> None:
+        response = open_watch(port, key, config.revision)
+        ready_sent = False
+        for line in response:
+            event = json.loads(line)
+            if event["type"] == "BOOKMARK":
+                if not ready_sent:
+                    ready_sent = True
+                    ready.wait()
+                continue
+            received[index].append(time.monotonic())
+            if len(received[index]) == rounds:
+                response.close()
+                return
+
+    threads = [threading.Thread(target=follow, args=(i,), daemon=True) for i in range(watches)]
+    for thread in threads:
+        thread.start()
+    ready.wait(timeout=120)
+    after = workers_rss_kib(master)
+    print(
+        f"web workers' memory: {before / 1024:.0f} MiB without watches, {after / 1024:.0f} MiB with "
+        f"{watches} open ({(after - before) / watches:.0f} KiB per watch)"
+    )
+    latencies = []
+    for number in range(1, rounds + 1):
+        started = time.monotonic()
+        module_services.moduleconfig_upsert(
+            kyma=kyma, module=module, spec={"n": number}, source_generation=number, source_resource_version=""
+        )
+        deadline = time.monotonic() + 10
+        while any(len(r) < number for r in received) and time.monotonic() < deadline:
+            time.sleep(0.002)
+        latencies += [r[number - 1] - started for r in received if len(r) >= number]
+        missing = sum(len(r) < number for r in received)
+        if missing:
+            raise TimeoutError(f"round {number}: {missing} of {watches} watches did not see the change")
+        time.sleep(0.2)
+    return latencies
+
+
+def ms(values: list[float], pct: float) -> float:
+    return percentile(values, pct) * 1000
+
+
+def report(label: str, latencies: list[float]) -> None:
+    print(
+        f"{label}: n={len(latencies)} p50 {ms(latencies, 50):.0f} ms, p99 {ms(latencies, 99):.0f} ms, "
+        f"max {max(latencies) * 1000:.0f} ms, mean {statistics.mean(latencies) * 1000:.0f} ms"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--samples", type=int, default=100, help="measured edits per run")
+    parser.add_argument("--runtimes", type=int, default=5, help="runtimes the measured edits go to")
+    parser.add_argument("--load-runtimes", type=int, default=50, help="runtimes the background edits go to")
+    parser.add_argument("--load-rate", type=float, default=100, help="background edits per second")
+    parser.add_argument("--watches", type=int, default=100, help="open watches for (c)")
+    parser.add_argument("--rounds", type=int, default=10, help="changes every watch must see in (c)")
+    parser.add_argument("--workers", type=int, default=2, help="Celery worker processes")
+    parser.add_argument("--min-spacing", type=float, default=1.0, help="RECONCILE_MIN_SPACING of the workers")
+    args = parser.parse_args()
+
+    reset()
+    directory = Path(tempfile.mkdtemp(prefix="bench-module-chain-"))
+    listener_port, web_port = free_port(), free_port()
+    env = dict(os.environ, LISTENER_ACCESS_LOG="0", LISTENER_METRICS_BIND=f"127.0.0.1:{free_port()}")
+    listener = start_listener(listener_port, env)
+    web = subprocess.Popen(
+        [sys.executable, str(ROOT / "manage.py"), "serve", "web", "--bind", f"127.0.0.1:{web_port}"],
+        cwd=ROOT,
+        env=dict(
+            env,
+            WEB_ACCESS_LOG="0",
+            WEB_WORKERS="2",
+            WEB_WATCH_THREADS=str(args.watches + 8),
+            MODULECONFIG_WATCH_PER_CREDENTIAL=str(args.watches + 8),
+        ),
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    wait_port(listener_port, listener)
+    wait_port(web_port, web)
+    workers = start_workers(
+        args.workers,
+        WATCHER_KCP_ADDR=f"localhost:{listener_port}",
+        RECONCILE_MIN_SPACING=str(args.min_spacing),
+        LOG_LEVEL="WARNING",
+    )
+    key = api_token_create(user=User.objects.create_superuser("bench-manager", password=None), name="bench")[
+        1
+    ]
+    manager = subprocess.Popen(
+        [sys.executable, str(ROOT / "sdk" / "examples" / "keda_manager.py")],
+        cwd=ROOT,
+        env=dict(
+            os.environ,
+            KCP_API=f"http://127.0.0.1:{web_port}/api/v1",
+            KCP_TOKEN=key,
+            STATE_FILE=str(directory / "keda.state"),
+            PYTHONPATH=str(ROOT / "sdk"),
+        ),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    print(
+        f"database: {database_label()}; broker: {os.environ.get('CELERY_BROKER_URL', 'filesystem')}; "
+        f"{args.workers} worker processes; {os.cpu_count()} CPUs; "
+        f"RECONCILE_MIN_SPACING {args.min_spacing} s\n"
+        f"{args.runtimes} measured runtimes, {args.load_runtimes} load runtimes, "
+        "each with a watcher process\n"
+    )
+    kubelet = ProcessKubelet()
+    try:
+        with EmulatorHost(kubelet=kubelet) as host:
+            try:
+                measured = [host.create(f"mc-{n}") for n in range(args.runtimes)]
+                loaded = [host.create(f"mc-load-{n}") for n in range(args.load_runtimes)]
+                kymas = register(measured, "mc") + register(loaded, "mc-load")
+                converge(measured + loaded, kymas)
+                values = itertools.count(2)
+                rest = measure(measured, args.samples, values)
+                report("(a) at rest", rest)
+
+                stop, done = threading.Event(), [0]
+                generator = threading.Thread(
+                    target=load, args=(loaded, args.load_rate, stop, done), daemon=True
+                )
+                started = time.monotonic()
+                generator.start()
+                busy = measure(measured, args.samples, values)
+                stop.set()
+                generator.join()
+                rate = done[0] / (time.monotonic() - started)
+                report(f"(b) under {rate:.0f} edits/s across {args.load_runtimes} runtimes", busy)
+            finally:
+                host.run(kubelet.aclose())
+        watched = fan_out(web_port, key, args.watches, args.rounds, web.pid)
+        report(f"(c) {args.watches} watches, {args.rounds} changes", watched)
+    finally:
+        stop_processes([manager, *workers, web, listener])
+    ratio = percentile(busy, 99) / percentile(rest, 99)
+    print(f"\n(b)/(a) p99 = {ratio:.2f}; goals: (a) p99 <= 1000 ms, (b) p99 <= 2000 ms, (c) p99 <= 200 ms")
+    print(
+        f"module_chain: p50_ms={ms(rest, 50):.0f} p99_ms={ms(rest, 99):.0f} "
+        f"loaded_p99_ms={ms(busy, 99):.0f} watch_p99_ms={ms(watched, 99):.0f}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,211 @@
+"""The manager loop: ModuleConfig in, manifests out, status reported, progress kept on disk."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .client import ApiError, Backoff, Client
+
+log = logging.getLogger("kyma_module_sdk")
+SYNC_API_VERSION = "controlplane.kyma-project.io/v1alpha1"
+# Answers that mean "this server cannot watch": fall back to polling.
+NO_WATCH = {400, 404, 405, 406, 501}
+
+
+@dataclass(frozen=True)
+class ModuleConfig:
+    """A module's configuration in one runtime: ``resource`` is the module CR's spec there."""
+
+    uid: str
+    name: str
+    namespace: str
+    kyma: str
+    runtime_id: str
+    module: str
+    resource: dict[str, Any]
+    revision: int
+    status: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_document(cls, doc: dict[str, Any]) -> ModuleConfig:
+        meta, spec = doc["metadata"], doc.get("spec") or {}
+        return cls(
+            uid=meta["uid"],
+            name=meta["name"],
+            namespace=meta.get("namespace", ""),
+            kyma=spec.get("kyma", ""),
+            runtime_id=spec.get("runtimeID", ""),
+            module=spec.get("module", ""),
+            resource=spec.get("resource") or {},
+            revision=int(meta.get("resourceVersion") or 0),
+            status=doc.get("status") or {},
+        )
+
+    @property
+    def fingerprint(self) -> str:
+        """What the handler's answer depends on (not the status, which the manager writes)."""
+        return hashlib.sha256(json.dumps([self.kyma, self.resource], sort_keys=True).encode()).hexdigest()
+
+
+Handler = Callable[[ModuleConfig], list[dict[str, Any]] | None]
+
+
+class Manager:
+    """Runs a module's manager: ``@manager.handler`` declares the handler, ``run()`` serves.
+
+    ``state_file`` keeps the last revision handled, so a restarted manager resumes there (its
+    watch loses nothing and repeats nothing). Without a watch (an older server, a proxy that
+    refuses streams) it polls every ``poll_interval`` seconds and tries the watch again later.
+    """
+
+    def __init__(
+        self,
+        *,
+        api: str,
+        token: str,
+        module: str,
+        state_file: str | None = None,
+        poll_interval: float = 5.0,
+        client: Client | None = None,
+    ) -> None:
+        self.client = client or Client(api, token)
+        self.module = module
+        self.state_file = state_file
+        self.poll_interval = poll_interval
+        self.revision = self._load_state()
+        self._handler: Handler | None = None
+        self._handled: dict[str, str] = {}  # uid -> fingerprint of what was last published
+        self._lock = threading.Lock()
+        self.stopping = threading.Event()
+
+    # -- declaring -------------------------------------------------------------------------------
+
+    def handler(self, fn: Handler) -> Handler:
+        """Decorator: ``fn(config) -> [manifest, ...]`` (``None``: publish nothing, report Ready)."""
+        self._handler = fn
+        return fn
+
+    # -- state -----------------------------------------------------------------------------------
+
+    def _load_state(self) -> int:
+        if not self.state_file or not os.path.exists(self.state_file):
+            return 0
+        with open(self.state_file) as f:
+            return int(json.load(f).get("revision", 0))
+
+    def _save_state(self, revision: int) -> None:
+        self.revision = max(self.revision, revision)
+        if not self.state_file:
+            return
+        folder = os.path.dirname(os.path.abspath(self.state_file))
+        with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, suffix=".tmp") as f:
+            json.dump({"module": self.module, "revision": self.revision}, f)
+        os.replace(f.name, self.state_file)  # atomic: a crash leaves the old state or the new one
+
+    # -- serving ---------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Follow the module's ModuleConfigs until ``stop()``; errors are retried with backoff."""
+        if self._handler is None:
+            raise RuntimeError("declare a handler first: @manager.handler")
+        backoff = Backoff()
+        watching, retry_watch_at = True, 0.0
+        log.info("manager of %s starts after revision %s", self.module, self.revision)
+        while not self.stopping.is_set():
+            try:
+                if watching or time.monotonic() >= retry_watch_at:
+                    watching = True
+                    for event in self.client.watch(self.module, self.revision):
+                        self._on_event(event)
+                        backoff.reset()
+                        if self.stopping.is_set():
+                            return
+                    continue  # the server ended the watch (timeout): open the next one
+                page = self.client.moduleconfigs_after(self.module, self.revision)
+                for doc in page:
+                    self._on_event({"type": "MODIFIED", "object": doc})
+                backoff.reset()
+                if len(page) < 500:
+                    self.stopping.wait(self.poll_interval)
+            except ApiError as error:
+                if error.status == 410:  # the control plane's data was reset: start over
+                    log.warning("%s; handling every config again", error.detail)
+                    self.revision, self._handled = 0, {}
+                    self._save_state(0)
+                    continue
+                if watching and error.status in NO_WATCH:
+                    log.warning("no watch (%s): polling every %ss", error, self.poll_interval)
+                    watching, retry_watch_at = False, time.monotonic() + 60
+                    continue
+                log.warning("%s; retrying", error)
+                self.stopping.wait(backoff.next())
+            except (OSError, ValueError) as error:
+                log.warning("connection to the control plane: %s; retrying", error)
+                self.stopping.wait(backoff.next())
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def _on_event(self, event: dict[str, Any]) -> None:
+        kind, obj = event.get("type"), event.get("object") or {}
+        revision = int((obj.get("metadata") or {}).get("resourceVersion") or 0)
+        if kind == "DELETED":
+            config = ModuleConfig.from_document(obj)
+            self.client.call(
+                "DELETE", f"/syncresources/{config.namespace}/{self._sync_name(config)}/", missing_ok=True
+            )
+            self._handled.pop(config.uid, None)
+            log.info("%s: module removed from %s, its manifests go too", self.module, config.kyma)
+        elif kind in ("ADDED", "MODIFIED"):
+            self.handle(ModuleConfig.from_document(obj))
+        self._save_state(revision)
+
+    def _sync_name(self, config: ModuleConfig) -> str:
+        return f"{config.kyma}-{self.module}"[:253]
+
+    def handle(self, config: ModuleConfig) -> bool:
+        """Run the handler for one config (also usable from a notification receiver); publish
+        its manifests and report the state. False when nothing changed since the last time."""
+        assert self._handler is not None
+        with self._lock:
+            if self._handled.get(config.uid) == config.fingerprint:
+                return False  # e.g. our own status report coming back with a new revision
+            try:
+                manifests = self._handler(config)
+            except Exception as exc:  # the handler is the team's code: report, do not die
+                log.exception("%s: handler failed for %s", self.module, config.kyma)
+                self._report(config, "Error", f"handler failed: {exc}"[:500])
+                return True
+            if manifests is not None:
+                self.publish(config, manifests)
+            self._report(config, "Ready", "")
+            self._handled[config.uid] = config.fingerprint
+            log.info("%s: %s handled at revision %s", self.module, config.kyma, config.revision)
+            return True
+
+    def publish(self, config: ModuleConfig, manifests: list[dict[str, Any]]) -> None:
+        """Apply the manifests for the config's runtime as one SyncResource (created or updated)."""
+        document = {
+            "apiVersion": SYNC_API_VERSION,
+            "kind": "SyncResource",
+            "metadata": {"name": self._sync_name(config), "namespace": config.namespace},
+            "spec": {
+                "kyma": config.kyma,
+                "module": self.module,
+                "manifests": "\n---\n".join(json.dumps(m, sort_keys=True) for m in manifests),
+            },
+        }
+        self.client.call("POST", "/syncresources/", document)
+
+    def _report(self, config: ModuleConfig, state: str, message: str) -> None:
+        status = {"state": state, "message": message, "observedRevision": config.revision}
+        self.client.call("PUT", f"/moduleconfigs/{config.uid}/status/", status, missing_ok=True)

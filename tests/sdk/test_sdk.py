@@ -1,0 +1,101 @@
+"""The SDK's own pieces: it verifies what ``fleet.notifications`` signs, and keeps its progress."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+from django.contrib.auth.models import User
+from kyma_module_sdk import (
+    InvalidNotification,
+    Manager,
+    ModuleConfig,
+    notification_config,
+    verify_notification,
+)
+
+from fleet.notifications import signature
+from fleet.services import modules as module_services
+from kernel.api_tokens import api_token_create
+from tests.factories import KymaFactory, ModuleFactory
+from tests.support.processes import start_web
+
+KEY = b"k" * 32
+DOC = {
+    "apiVersion": "controlplane.kyma-project.io/v1alpha1",
+    "kind": "ModuleConfig",
+    "metadata": {"name": "c1-keda", "namespace": "kcp-system", "uid": "u-1", "resourceVersion": "7"},
+    "spec": {"kyma": "c1", "runtimeID": "rt-c1", "module": "keda", "resource": {"replicas": 2}},
+}
+
+
+def test_a_notification_signed_by_the_control_plane_verifies_and_yields_its_config():
+    body = json.dumps(DOC).encode()
+    stamp = str(int(time.time()))
+    headers = {"X-Controlplane-Timestamp": stamp, "X-Controlplane-Signature": signature(KEY, stamp, body)}
+    config = notification_config(KEY, body, headers)
+    assert (config.kyma, config.module, config.resource, config.revision) == (
+        "c1",
+        "keda",
+        {"replicas": 2},
+        7,
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "body", "age"),
+    [(b"other", b"{}", 0), (KEY, b'{"tampered": 1}', 0), (KEY, b"{}", 301)],
+)
+def test_a_wrong_key_a_changed_body_or_a_replay_is_refused(key, body, age):
+    stamp = str(int(time.time()) - age)
+    good = signature(KEY, stamp, b"{}")
+    assert not verify_notification(key, body, stamp, good)
+    with pytest.raises(InvalidNotification):
+        notification_config(key, body, {"x-controlplane-timestamp": stamp, "x-controlplane-signature": good})
+
+
+def test_the_state_file_keeps_the_last_revision_across_restarts(tmp_path):
+    state = tmp_path / "keda.state"
+    first = Manager(api="http://127.0.0.1:9/api/v1", token="t", module="keda", state_file=str(state))
+    first._save_state(41)
+    first._save_state(40)  # never backwards
+    again = Manager(api="http://127.0.0.1:9/api/v1", token="t", module="keda", state_file=str(state))
+    assert again.revision == 41
+    assert list(tmp_path.iterdir()) == [state]  # no temporary file left behind
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_manager_whose_state_is_ahead_of_the_control_plane_starts_over(tmp_path):
+    """Its state file outlived the control plane's data (reset, restore): the watch answers 410
+    and the manager handles every config again instead of waiting for revisions never to come."""
+    keda = ModuleFactory(name="keda")
+    kyma = KymaFactory(name="c1")
+    module_services.moduleconfig_upsert(
+        kyma=kyma, module=keda, spec={"replicas": 2}, source_generation=1, source_resource_version=""
+    )
+    user = User.objects.create_superuser("m", password="x")
+    state = tmp_path / "keda.state"
+    state.write_text(json.dumps({"revision": 500}))
+    web, url = start_web()
+    manager = Manager(
+        api=f"{url}/api/v1",
+        token=api_token_create(user=user, name="m")[1],
+        module="keda",
+        state_file=str(state),
+    )
+    seen: list[int] = []
+
+    @manager.handler
+    def handle(config: ModuleConfig) -> list[dict]:
+        seen.append(config.resource["replicas"])
+        manager.stop()
+        return []
+
+    runner = threading.Thread(target=manager.run, daemon=True)
+    runner.start()
+    runner.join(30)
+    web.stop()
+    assert seen == [2]
+    assert json.loads(state.read_text())["revision"] < 500
