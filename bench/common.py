@@ -139,8 +139,10 @@ def start_listener(port: int, env: dict) -> subprocess.Popen:
     )
 
 
-def start_workers(count: int, **env: str) -> list[subprocess.Popen]:
-    """``count`` Celery worker processes (one pool process each), started in their own sessions."""
+def start_workers(
+    count: int, *, pool: str = "prefork", concurrency: int = 1, **env: str
+) -> list[subprocess.Popen]:
+    """``count`` Celery worker processes (``concurrency`` pool slots each), in their own sessions."""
     procs = []
     for number in range(count):
         argv = [
@@ -150,8 +152,10 @@ def start_workers(count: int, **env: str) -> list[subprocess.Popen]:
             "-A",
             "controlplane",
             "worker",
+            "--pool",
+            pool,
             "--concurrency",
-            "1",
+            str(concurrency),
             "--loglevel",
             "WARNING",
             "--without-mingle",

@@ -3,6 +3,8 @@
 A reconcile holds a lease (``lease_owner``/``lease_until`` on the Kyma) taken with a conditional
 UPDATE and extended between steps; a task that finds it taken re-arms its mark and retries
 shortly (:class:`fleet.queue.retry.LeaseBusy`). A worker that dies loses the lease when it runs out.
+The owner names the thread too: with Celery's threads pool, one process runs many reconciles, and
+a reconcile whose lease ran out must not extend or release the lease another thread took since.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import socket
+import threading
 
 from django.conf import settings
 from django.utils import timezone
@@ -18,8 +21,9 @@ from fleet.models import Kyma
 
 
 def worker_id() -> str:
-    """Who holds a lease: host and process (computed per call: pool processes are forked)."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """Who holds a lease: ``host:process:thread`` (computed per call: pool processes are forked,
+    pool threads share the process)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_native_id()}"
 
 
 def lease_acquire(kyma_id: int, *, owner: str | None = None) -> bool:

@@ -156,7 +156,7 @@ def test_given_the_pool_process_killed_mid_reconcile_then_the_reconcile_still_co
     eventually(
         lambda: Kyma.objects.get(pk=kyma.pk).lease_owner != "", "a reconcile holds the lease", worker=worker
     )
-    holder = int(Kyma.objects.get(pk=kyma.pk).lease_owner.rpartition(":")[2])
+    holder = int(Kyma.objects.get(pk=kyma.pk).lease_owner.split(":")[1])  # host:pid:thread
     os.kill(holder, signal.SIGKILL)  # the process running the reconcile dies (OOM kill, say)
     runtime.faults.latency = 0
     eventually(
