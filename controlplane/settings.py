@@ -451,6 +451,9 @@ RUNTIME_CONNECT_TIMEOUT: float = env.float("RUNTIME_CONNECT_TIMEOUT", default=3.
 RUNTIME_READ_TIMEOUT: float = env.float("RUNTIME_READ_TIMEOUT", default=15.0)
 RUNTIME_FIELD_MANAGER: str = env.str("RUNTIME_FIELD_MANAGER", default="kyma-control-plane")
 RUNTIME_CLIENT_CACHE: int = env.int("RUNTIME_CLIENT_CACHE", default=1000)
+# Objects whose drift breaks little at once (CRDs, PriorityClass, NetworkPolicies, Services) are
+# re-read this often; the watcher's Secret, Deployment and webhooks, and synced manifests, every time.
+RUNTIME_RECHECK_INTERVAL: float = env.float("RUNTIME_RECHECK_INTERVAL", default=1800)
 # Requeue intervals by state (seconds); Error backs off from the first to the second value.
 RECONCILE_READY_INTERVAL: float = env.float("RECONCILE_READY_INTERVAL", default=300)
 RECONCILE_PROCESSING_INTERVAL: float = env.float("RECONCILE_PROCESSING_INTERVAL", default=5)

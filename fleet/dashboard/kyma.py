@@ -59,6 +59,12 @@ def _event_entry(event: WatchEventRecord) -> TimelineEntry:
 
 def _reconcile_entry(record: ReconcileRecord) -> TimelineEntry:
     writes = f"{record.runtime_writes} runtime write(s)"
+    if record.drift_corrected:
+        corrected = ", ".join(
+            f"{d['kind']} {'/'.join(p for p in (d.get('namespace'), d['name']) if p)}"
+            for d in record.drift_corrected
+        )
+        writes += f"; drift corrected: {corrected}"
     return TimelineEntry(
         at=record.started_at,
         kind="reconcile",

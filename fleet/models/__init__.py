@@ -6,12 +6,13 @@ from .jobs import Job, JobKind, JobStatus
 from .kyma import Kyma, KymaState
 from .module import Module
 from .moduleconfig import ModuleConfig, RevisionCounter
-from .records import ReconcileRecord
+from .records import DriftCount, ReconcileRecord
 from .syncresource import ApplyStrategy, DeletionPolicy, ManifestState, SyncResource
 
 __all__ = [
     "ApplyStrategy",
     "DeletionPolicy",
+    "DriftCount",
     "Job",
     "JobKind",
     "JobStatus",

@@ -74,9 +74,12 @@ class ReconcileContext:
     fatal: str = ""  # a reason that makes the whole Kyma Error (unreachable, no kubeconfig, ...)
     messages: list[str] = field(default_factory=list)
     heartbeat: Any = None  # callable extending the lease between steps
+    lease_owner: str = ""  # the lease this reconcile holds: the final status write releases it
     remote_kyma: dict[str, Any] | None = None  # the runtime's Kyma as the reconcile left it
     dropped: set[str] = field(default_factory=set)  # condition types that no longer apply
     recheck_at: dt.datetime | None = None  # reconcile again no later than this
+    drift: list[dict[str, str]] = field(default_factory=list)  # objects corrected: kind, namespace, name
+    listed: dict[tuple[str, str, str, str], dict[str, Any] | None] = field(default_factory=dict)
 
     def condition(self, type_: str, status: str, reason: str, message: str = "") -> None:
         self.conditions[type_] = (status, reason, message)

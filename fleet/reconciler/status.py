@@ -13,7 +13,7 @@ from fleet.models import Kyma, KymaState
 from kernel.timefmt import rfc3339
 
 from . import modules, runtime_kyma
-from .context import ReconcileContext, comparable, derive_state, merged_conditions
+from .context import LeaseLost, ReconcileContext, comparable, derive_state, merged_conditions
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,8 @@ class Outcome:
     state: str
     runtime_writes: int
     message: str = ""
+    drift: tuple[dict[str, str], ...] = ()  # objects found changed in the runtime and applied again
+    lease_released: bool = False  # the status write released the reconcile's lease too
 
 
 def next_interval(state: str, error_streak: int) -> float:
@@ -116,8 +118,19 @@ def finish(ctx: ReconcileContext) -> Outcome:
                 "lastUpdateTime": rfc3339(ctx.now),
             },
         )
-    Kyma.objects.filter(pk=kyma.pk).update(**fields)
+    if ctx.lease_owner:  # one UPDATE for the status and the lease; none if the lease was lost
+        fields.update(lease_owner="", lease_until=None)
+        if not Kyma.objects.filter(pk=kyma.pk, lease_owner=ctx.lease_owner).update(**fields):
+            raise LeaseLost(f"lease of Kyma {kyma.key} lost")
+    else:
+        Kyma.objects.filter(pk=kyma.pk).update(**fields)
     for name, value in fields.items():
         setattr(kyma, name, value)
     counts = ctx.client.counts if ctx.client is not None else None
-    return Outcome(state, counts.writes if counts else 0, ctx.fatal or "; ".join(ctx.messages))
+    return Outcome(
+        state,
+        counts.writes if counts else 0,
+        ctx.fatal or "; ".join(ctx.messages),
+        tuple(ctx.drift),
+        lease_released=bool(ctx.lease_owner),
+    )
