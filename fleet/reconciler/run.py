@@ -32,7 +32,7 @@ def kyma_reconcile_run(kyma_id: int, *, min_spacing: float = 0.0, reason: str = 
 
     Database round trips of a no-op: the lease is taken first and the Kyma read once under it;
     the status write releases the lease in the same UPDATE; the record is inserted without
-    looking whether the Kyma still exists (a Kyma deleted meanwhile just fails the insert).
+    looking whether the Kyma still exists (the cleanup says when it deleted the row).
     """
     not_before = queue.started(kyma_id)
     hold = queue.hold_for(not_before)
@@ -79,6 +79,8 @@ def kyma_reconcile_run(kyma_id: int, *, min_spacing: float = 0.0, reason: str = 
         "".join(f"; drift corrected: {d['kind']} {d['namespace']}/{d['name']}" for d in outcome.drift),
         f": {outcome.message}" if outcome.message else "",
     )
+    if outcome.kyma_deleted:
+        return
     try:
         ReconcileRecord.objects.create(
             kyma_id=kyma_id,
@@ -90,5 +92,5 @@ def kyma_reconcile_run(kyma_id: int, *, min_spacing: float = 0.0, reason: str = 
             drift_corrected=list(outcome.drift),
         )
     except IntegrityError:
-        return  # the Kyma was deleted meanwhile: nothing to record it on
+        return  # the row was deleted meanwhile (by force): nothing to record it on
     count_corrections([entry["kind"] for entry in outcome.drift])

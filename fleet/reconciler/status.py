@@ -47,6 +47,7 @@ class Outcome:
     message: str = ""
     drift: tuple[dict[str, str], ...] = ()  # objects found changed in the runtime and applied again
     lease_released: bool = False  # the status write released the reconcile's lease too
+    kyma_deleted: bool = False  # the cleanup finished and the row is gone (nothing to record on)
 
 
 def next_interval(state: str, error_streak: int) -> float:
