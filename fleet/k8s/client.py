@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -101,29 +100,13 @@ ObjectKey = tuple[str, str, str, str]  # apiVersion, kind, namespace, name
 
 class RuntimeClient:
     """Calls to one runtime, with its own connection pool (kept alive between reconciles),
-    discovery cache, call counts, and memory of objects verified in place (:meth:`known_good`)."""
+    discovery cache and call counts."""
 
     def __init__(self, api_client: k8s.ApiClient) -> None:
         self.api = api_client
         self.counts = CallCounts()
         self._resources: dict[tuple[str, str], ResourceInfo] = {}
-        self._verified: dict[ObjectKey, tuple[str, float]] = {}
         self._timeout = (settings.RUNTIME_CONNECT_TIMEOUT, settings.RUNTIME_READ_TIMEOUT)
-
-    def known_good(self, key: ObjectKey, digest: str, max_age: float) -> bool:
-        """Whether the object was seen (or applied) holding content ``digest`` less than
-        ``max_age`` seconds ago: a check that can wait. Per process and runtime, bounded with
-        the client cache; a new process or client simply checks everything once."""
-        seen = self._verified.get(key)
-        return seen is not None and seen[0] == digest and time.monotonic() - seen[1] < max_age
-
-    def verified(self, key: ObjectKey, digest: str) -> None:
-        """Remember that the object holds content ``digest`` now."""
-        self._verified[key] = (digest, time.monotonic())
-
-    def forget(self, key: ObjectKey) -> None:
-        """The object must be checked at the next opportunity (e.g. it was found missing)."""
-        self._verified.pop(key, None)
 
     @classmethod
     def from_kubeconfig(cls, kubeconfig: str) -> RuntimeClient:

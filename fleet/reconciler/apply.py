@@ -5,7 +5,9 @@ writes nothing.
 Round trips: objects whose drift matters at once (the watcher's Secret, Deployment and webhooks;
 synced manifests) are read every reconcile; the rest (CRDs, the PriorityClass, NetworkPolicies,
 Services) are known good for ``RUNTIME_RECHECK_INTERVAL`` once verified, and when due, the ones of
-one kind and namespace are read in one labelled list instead of one GET each.
+one kind and namespace are read in one labelled list instead of one GET each. When each was last
+seen in place is kept on the Kyma (written with its status: no extra query), so every worker
+process knows it, and the memory costs nothing per process.
 """
 
 from __future__ import annotations
@@ -64,8 +66,18 @@ def prefetch(ctx: ReconcileContext, docs: Iterable[dict[str, Any]]) -> None:
 
 
 def needs_check(ctx: ReconcileContext, doc: dict[str, Any]) -> bool:
-    """Whether a check that can wait is due (never verified here, or too long ago)."""
-    return not ctx.client.known_good(key_of(doc), digest_of(doc), settings.RUNTIME_RECHECK_INTERVAL)
+    """Whether a check that can wait is due: the object was never seen holding this content, or
+    longer than ``RUNTIME_RECHECK_INTERVAL`` ago (``Kyma.runtime_verified``, shared by all workers)."""
+    seen = ctx.verified.get("|".join(key_of(doc)))
+    return not (
+        seen
+        and seen[0] == digest_of(doc)
+        and ctx.now.timestamp() - seen[1] < settings.RUNTIME_RECHECK_INTERVAL
+    )
+
+
+def _verified(ctx: ReconcileContext, doc: dict[str, Any]) -> None:
+    ctx.verified["|".join(key_of(doc))] = [digest_of(doc), int(ctx.now.timestamp())]
 
 
 def apply_if_changed(
@@ -75,15 +87,16 @@ def apply_if_changed(
     already in place (``doc`` itself when the check could wait and was skipped), ``None`` when it
     was (re)applied with server-side apply. A copy that carries our hash but differs in a field
     we manage is drift: corrected and recorded on the context."""
-    key, digest = key_of(doc), digest_of(doc)
     if not every_time and not needs_check(ctx, doc):
         return doc
     live = live_object(ctx, doc)
     if carries_hash(live, doc):
         if not drifted(doc, live):
-            ctx.client.verified(key, digest)
+            if not every_time:
+                _verified(ctx, doc)
             return live
         ctx.drift.append(describe(doc))
     ctx.client.apply(doc)
-    ctx.client.verified(key, digest)
+    if not every_time:
+        _verified(ctx, doc)
     return None

@@ -21,6 +21,9 @@ CONDITION_TYPES = ("Runtime", "SKRWebhook", "ModuleCatalog", "Modules", "SyncRes
 WARNING_CONDITIONS = frozenset({"WatcherHeartbeat"})
 
 
+KUBECONFIG_KEY = "@kubeconfig"
+
+
 class LeaseLost(Exception):
     """Another worker took over this Kyma (our lease expired): stop without writing."""
 
@@ -80,6 +83,13 @@ class ReconcileContext:
     recheck_at: dt.datetime | None = None  # reconcile again no later than this
     drift: list[dict[str, str]] = field(default_factory=list)  # objects corrected: kind, namespace, name
     listed: dict[tuple[str, str, str, str], dict[str, Any] | None] = field(default_factory=dict)
+    verified: dict[str, list] = field(default_factory=dict)  # Kyma.runtime_verified, as it becomes
+
+    def __post_init__(self) -> None:
+        # Only valid for the cluster it was seen in: another kubeconfig starts from nothing.
+        cluster = self.kyma.kubeconfig.digest()[:16] if self.kyma.kubeconfig else ""
+        stored = self.kyma.runtime_verified or {}
+        self.verified = dict(stored) if stored.get(KUBECONFIG_KEY) == cluster else {KUBECONFIG_KEY: cluster}
 
     def condition(self, type_: str, status: str, reason: str, message: str = "") -> None:
         self.conditions[type_] = (status, reason, message)

@@ -20,8 +20,10 @@ from django.db.models import F
 
 from fleet.models import DriftCount
 
-# Metadata we never apply, or that the API server owns.
+# Of the metadata, what we set besides the identity (name, namespace).
 _OWN_METADATA = ("labels", "annotations")
+# The identity, not content (items of a list even come without apiVersion and kind).
+_IDENTITY = frozenset({"apiVersion", "kind", "metadata"})
 
 
 def _differs(desired: Any, live: Any) -> bool:
@@ -41,7 +43,7 @@ def drifted(desired: dict[str, Any], live: dict[str, Any]) -> bool:
     meta, live_meta = desired.get("metadata") or {}, live.get("metadata") or {}
     if any(_differs(meta.get(key) or {}, live_meta.get(key) or {}) for key in _OWN_METADATA):
         return True
-    return any(_differs(value, live.get(key)) for key, value in desired.items() if key != "metadata")
+    return any(_differs(value, live.get(key)) for key, value in desired.items() if key not in _IDENTITY)
 
 
 def describe(doc: dict[str, Any]) -> dict[str, str]:

@@ -105,6 +105,8 @@ def finish(ctx: ReconcileContext) -> Outcome:
         "error_streak": streak,
         "applied_watchers": kyma.applied_watchers,
     }
+    if ctx.verified != kyma.runtime_verified:
+        fields["runtime_verified"] = ctx.verified
     if changed:
         message = ctx.fatal or "; ".join(ctx.messages) or f"reconciled: {state}"
         fields.update(

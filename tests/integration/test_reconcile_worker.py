@@ -32,7 +32,9 @@ def eventually(check: Callable[[], bool], what: str, timeout: float = 30, worker
 
 @pytest.fixture(scope="module")
 def worker(django_db_setup, django_db_blocker):
-    proc = start_worker(concurrency=2, RECONCILE_LEASE_SECONDS="3")
+    # prefork here: a pool process can die alone (a killed threads worker dies whole: the last test
+    # here, and tests/integration/test_drift.py runs on threads)
+    proc = start_worker(concurrency=2, pool="prefork", RECONCILE_LEASE_SECONDS="3")
     yield proc
     proc.stop()
 

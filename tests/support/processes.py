@@ -128,7 +128,8 @@ def start_web(**env: str) -> tuple[Process, str]:
     return proc, f"http://127.0.0.1:{port}"
 
 
-def start_worker(concurrency: int = 1, **env: str) -> Process:
+def start_worker(concurrency: int = 1, pool: str = "threads", **env: str) -> Process:
+    """A Celery worker: ``concurrency`` reconciles at once in the ``pool`` (threads, as deployed)."""
     argv = [
         sys.executable,
         "-m",
@@ -138,6 +139,8 @@ def start_worker(concurrency: int = 1, **env: str) -> Process:
         "worker",
         "--loglevel",
         "INFO",
+        "--pool",
+        pool,
         "--concurrency",
         str(concurrency),
         "--without-mingle",
