@@ -168,7 +168,9 @@ def start_workers(
             subprocess.Popen(
                 argv,
                 cwd=ROOT,
-                env={**os.environ, **env},
+                # (Celery's CLI cannot tell an explicit --pool prefork from its default: the
+                # WORKER_POOL setting decides)
+                env={**os.environ, "WORKER_POOL": pool, **env},
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,

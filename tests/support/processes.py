@@ -147,7 +147,8 @@ def start_worker(concurrency: int = 1, pool: str = "threads", **env: str) -> Pro
         "--without-gossip",
         "--without-heartbeat",
     ]
-    proc = Process("worker", argv, process_env(**env))
+    # (Celery's CLI cannot tell an explicit --pool prefork from its default: the setting decides)
+    proc = Process("worker", argv, process_env(WORKER_POOL=pool, **env))
     proc.wait_for_line("ready.", timeout=60)
     return proc
 
