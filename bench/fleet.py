@@ -19,7 +19,7 @@ first reconcile of all in <= 10 min, <= 3 reads, 0 writes and <= 10 SQL queries 
 reconcile at every size, all workers together < 1 GiB.
 
     python bench/fleet.py [--sizes 1000,5000] [--rtt 0.05] [--workers 2] [--pool threads]
-                          [--concurrency 16] [--slow 10] [--compare-pools prefork:1]
+                          [--concurrency 16] [--slow 10] [--compare-pools prefork:4]
 
 Use BENCH_DATABASE_URL (PostgreSQL) and BENCH_BROKER_URL (Redis) for production-like numbers.
 """
@@ -236,7 +236,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--compare-pools",
-        default="prefork:1",
+        default="prefork:4",
         help="pool:concurrency list swept again at the smallest size and the round trip ('' skips)",
     )
     args = parser.parse_args()

@@ -191,3 +191,17 @@ def test_given_a_long_history_then_the_page_makes_the_same_number_of_queries_and
     assert len(long) == len(short)
     assert html.count("cp-timeline-event") == 50 and html.count("cp-timeline-reconcile") == 50
     assert html.count("cp-timeline-certificate") == 10
+
+
+def test_given_a_reconcile_that_corrected_drift_then_the_timeline_names_what(admin_client, kyma):
+    ReconcileRecord.objects.create(
+        kyma=kyma,
+        started_at=timezone.now(),
+        duration_ms=42,
+        state="Ready",
+        runtime_writes=1,
+        drift_corrected=[{"kind": "Deployment", "namespace": "kyma-system", "name": "skr-webhook"}],
+    )
+    html = page(admin_client, kyma)
+    timeline = html[html.index('id="cp-timeline"') : html.index('id="cp-manifests"')]
+    assert "drift corrected: Deployment kyma-system/skr-webhook" in timeline
