@@ -76,8 +76,13 @@ def needs_check(ctx: ReconcileContext, doc: dict[str, Any]) -> bool:
     )
 
 
-def _verified(ctx: ReconcileContext, doc: dict[str, Any]) -> None:
-    ctx.verified["|".join(key_of(doc))] = [digest_of(doc), int(ctx.now.timestamp())]
+def _verified(ctx: ReconcileContext, doc: dict[str, Any], *, every_time: bool = False) -> None:
+    """Seen in place now. Objects checked every time are only noted once per content (so a
+    deletion is known as drift), which keeps the Kyma's row unchanged between no-op reconciles."""
+    key, digest = "|".join(key_of(doc)), digest_of(doc)
+    if every_time and (ctx.verified.get(key) or [None])[0] == digest:
+        return
+    ctx.verified[key] = [digest, int(ctx.now.timestamp())]
 
 
 def apply_if_changed(
@@ -86,17 +91,19 @@ def apply_if_changed(
     """Make the runtime hold ``doc`` (a stamped object). Returns the runtime's object when it was
     already in place (``doc`` itself when the check could wait and was skipped), ``None`` when it
     was (re)applied with server-side apply. A copy that carries our hash but differs in a field
-    we manage is drift: corrected and recorded on the context."""
+    we manage, or that is gone though we had seen it in place, is drift: corrected and recorded
+    on the context. Keeps the lease between objects (a slow runtime takes a while per call)."""
+    ctx.step()
     if not every_time and not needs_check(ctx, doc):
         return doc
     live = live_object(ctx, doc)
     if carries_hash(live, doc):
         if not drifted(doc, live):
-            if not every_time:
-                _verified(ctx, doc)
+            _verified(ctx, doc, every_time=every_time)
             return live
         ctx.drift.append(describe(doc))
+    elif live is None and ctx.verified.get("|".join(key_of(doc))):
+        ctx.drift.append(describe(doc))  # deleted in the runtime
     ctx.client.apply(doc)
-    if not every_time:
-        _verified(ctx, doc)
+    _verified(ctx, doc, every_time=every_time)
     return None

@@ -77,6 +77,8 @@ def _sync_one(ctx: ReconcileContext, resource: SyncResource, doc: dict[str, Any]
             if not drifted(doc, live):
                 return _entry(doc, ManifestState.APPLIED, "", previous_time or now)
             ctx.drift.append(describe(doc))
+        elif live is None and (old or {}).get("state") == ManifestState.APPLIED:
+            ctx.drift.append(describe(doc))  # deleted in the runtime
         if resource.apply_strategy == ApplyStrategy.CREATE_ONLY:
             client.create(doc)
         else:
@@ -125,6 +127,7 @@ def sync(ctx: ReconcileContext) -> None:
         if resource.apply_strategy == ApplyStrategy.SERVER_SIDE_APPLY:  # (others: maybe not labelled by us)
             prefetch(ctx, ready_docs)
         for ready in ready_docs:
+            ctx.step()
             key = identity({"apiVersion": ready["apiVersion"], "kind": ready["kind"], **ready["metadata"]})
             status.append(_sync_one(ctx, resource, ready, old.pop(key, None)))
         status.extend(_prune(ctx, resource, list(old.values())))
