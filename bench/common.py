@@ -139,8 +139,10 @@ def start_listener(port: int, env: dict) -> subprocess.Popen:
     )
 
 
-def start_workers(count: int, **env: str) -> list[subprocess.Popen]:
-    """``count`` Celery worker processes (one pool process each), started in their own sessions."""
+def start_workers(
+    count: int, *, pool: str = "prefork", concurrency: int = 1, **env: str
+) -> list[subprocess.Popen]:
+    """``count`` Celery worker processes (``concurrency`` pool slots each), in their own sessions."""
     procs = []
     for number in range(count):
         argv = [
@@ -150,8 +152,10 @@ def start_workers(count: int, **env: str) -> list[subprocess.Popen]:
             "-A",
             "controlplane",
             "worker",
+            "--pool",
+            pool,
             "--concurrency",
-            "1",
+            str(concurrency),
             "--loglevel",
             "WARNING",
             "--without-mingle",
@@ -164,7 +168,9 @@ def start_workers(count: int, **env: str) -> list[subprocess.Popen]:
             subprocess.Popen(
                 argv,
                 cwd=ROOT,
-                env={**os.environ, **env},
+                # (Celery's CLI cannot tell an explicit --pool prefork from its default: the
+                # WORKER_POOL setting decides)
+                env={**os.environ, "WORKER_POOL": pool, **env},
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,

@@ -2,11 +2,21 @@
 
 Tasks are fire-and-forget, take ids, and are acknowledged late so a killed worker loses
 nothing; configuration comes from Django settings (``CELERY_*``).
+
+Database connections: with the threads pool (``WORKER_POOL``) every pool thread has its own
+Django connection. Each task starts by dropping its thread's connection only when it is too old
+or broken (``CONN_MAX_AGE``, ``CONN_HEALTH_CHECKS``), instead of Celery's default of reconnecting
+around every task (a PostgreSQL backend process per reconcile); a stopping worker closes every
+thread's connection, so PostgreSQL sees clean disconnects.
 """
 
 import os
+import threading
+from typing import Any
 
 from celery import Celery
+from celery.signals import task_prerun, worker_shutdown
+from django.db import close_old_connections, connections
 from kombu.transport import TRANSPORT_ALIASES
 
 # filesystem:// (the quickstart's broker) uses kombu's transport with atomic message files.
@@ -17,3 +27,28 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 app = Celery("controlplane")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+_thread_connections: set[Any] = set()
+_thread_connections_lock = threading.Lock()
+
+
+@task_prerun.connect
+def database_connection_checked(**_: Any) -> None:
+    """Before a task: this thread's connection is reused unless expired or broken."""
+    close_old_connections()
+    with _thread_connections_lock:
+        _thread_connections.update(connections.all())
+
+
+@worker_shutdown.connect
+def database_connections_closed(**_: Any) -> None:
+    """After the pool stopped: close the connections its threads left open."""
+    with _thread_connections_lock:
+        found = list(_thread_connections)
+        _thread_connections.clear()
+    for connection in found:
+        connection.inc_thread_sharing()
+        try:
+            connection.close()
+        finally:
+            connection.dec_thread_sharing()

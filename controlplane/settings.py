@@ -278,6 +278,19 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# A reconcile spends most of its time waiting on runtime API servers in other regions (20-150 ms
+# a round trip), so each worker process runs many at once in threads (bench/fleet.py measured the
+# threads pool against prefork). Each thread keeps its own database connection: workers x
+# WORKER_CONCURRENCY must stay well below PostgreSQL's max_connections.
+CELERY_WORKER_POOL: str = env.str("WORKER_POOL", default="threads")
+CELERY_WORKER_CONCURRENCY: int = env.int("WORKER_CONCURRENCY", default=16)
+# Celery's Django fix-up reconnects around every task unless this is set; with it, a task reuses
+# its thread's connection (controlplane/celery.py checks its age and health before each task).
+CELERY_DB_REUSE_MAX = 1000
+if CELERY_WORKER_POOL not in ("threads", "prefork", "solo"):
+    raise ImproperlyConfigured("WORKER_POOL must be threads, prefork or solo")
+if CELERY_WORKER_CONCURRENCY < 1:
+    raise ImproperlyConfigured("WORKER_CONCURRENCY must be at least 1")
 # With a broker that has no event loop (the filesystem one) ETA tasks wait on a timer thread that
 # sleeps up to this long between checks; Celery's 1 s default would add up to a second to every
 # event-triggered reconcile (they carry LISTENER_RECONCILE_DELAY as countdown).
@@ -304,8 +317,6 @@ PUBLIC_URL: str = env.str("CONTROLPLANE_PUBLIC_URL", default=f"http://{WEB_BIND}
 RECONCILE_QUEUED_TTL: int = env.int("RECONCILE_QUEUED_TTL", default=120)
 # How long one reconcile may hold a Kyma before another worker may take over.
 RECONCILE_LEASE_SECONDS: int = env.int("RECONCILE_LEASE_SECONDS", default=60)
-# Worker processes ``manage.py up`` (make run) starts.
-DEV_WORKER_CONCURRENCY: int = env.int("DEV_WORKER_CONCURRENCY", default=2)
 
 # --- PKI -------------------------------------------------------------------------------------
 
@@ -444,6 +455,9 @@ RUNTIME_CONNECT_TIMEOUT: float = env.float("RUNTIME_CONNECT_TIMEOUT", default=3.
 RUNTIME_READ_TIMEOUT: float = env.float("RUNTIME_READ_TIMEOUT", default=15.0)
 RUNTIME_FIELD_MANAGER: str = env.str("RUNTIME_FIELD_MANAGER", default="kyma-control-plane")
 RUNTIME_CLIENT_CACHE: int = env.int("RUNTIME_CLIENT_CACHE", default=1000)
+# Objects whose drift breaks little at once (CRDs, PriorityClass, NetworkPolicies, Services) are
+# re-read this often; the watcher's Secret, Deployment and webhooks, and synced manifests, every time.
+RUNTIME_RECHECK_INTERVAL: float = env.float("RUNTIME_RECHECK_INTERVAL", default=1800)
 # Requeue intervals by state (seconds); Error backs off from the first to the second value.
 RECONCILE_READY_INTERVAL: float = env.float("RECONCILE_READY_INTERVAL", default=300)
 RECONCILE_PROCESSING_INTERVAL: float = env.float("RECONCILE_PROCESSING_INTERVAL", default=5)

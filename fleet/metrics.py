@@ -1,17 +1,18 @@
-"""Fleet gauges computed from the database at scrape time (right whichever process answers)."""
+"""Fleet gauges and counters computed from the database at scrape time (right whichever process
+answers)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 from django.db.models import Count
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from fleet.models import Kyma, KymaState
+from fleet.models import DriftCount, Kyma, KymaState
 from fleet.queue.marks import flags
 
 
-def collect() -> Iterator[GaugeMetricFamily]:
+def collect() -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
     by_state = dict(Kyma.objects.values_list("state").annotate(n=Count("id")).order_by())
     family = GaugeMetricFamily("controlplane_kymas", "Kymas by state", labels=["state"])
     for state in KymaState.values:
@@ -21,3 +22,11 @@ def collect() -> Iterator[GaugeMetricFamily]:
     yield GaugeMetricFamily(
         "controlplane_reconciles_queued", "Kymas with a reconcile waiting in the queue", value=queued
     )
+    drift = CounterMetricFamily(
+        "controlplane_drift_corrected",
+        "Objects found changed in a runtime and applied again, by kind",
+        labels=["kind"],
+    )
+    for kind, total in DriftCount.objects.values_list("kind", "total").order_by("kind"):
+        drift.add_metric([kind], total)
+    yield drift

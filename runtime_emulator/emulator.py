@@ -62,6 +62,7 @@ class RuntimeEmulator(UserActions, KubernetesEmulator):
     engine: Engine = attrs.field(init=False)
     workloads: Workloads = attrs.field(init=False)
     port: int = attrs.field(default=0, init=False)
+    keepalive_timeout: float = 3630  # seconds an idle client connection stays open (aiohttp's default)
     _web: web.Server | None = attrs.field(default=None, init=False)
     _listener: asyncio.Server | None = attrs.field(default=None, init=False)
 
@@ -99,7 +100,9 @@ class RuntimeEmulator(UserActions, KubernetesEmulator):
         if self._listener is not None:
             return
         if self._web is None:
-            self._web = web.Server(self, handler_cancellation=True, access_log=None)
+            self._web = web.Server(
+                self, handler_cancellation=True, access_log=None, keepalive_timeout=self.keepalive_timeout
+            )
         # A ready-made socket skips create_server()'s address resolution (the bulk of its cost).
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:

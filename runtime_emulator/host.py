@@ -44,9 +44,18 @@ class ServerTLS:
 class EmulatorHost:
     """Runs emulators on a private event loop thread; start/stop them from synchronous code."""
 
-    def __init__(self, *, bind: str = "127.0.0.1", kubelet: Kubelet | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        bind: str = "127.0.0.1",
+        kubelet: Kubelet | None = None,
+        keepalive_timeout: float = 3630,
+    ) -> None:
         self.bind = bind
         self.kubelet = kubelet  # installed into every emulator created afterwards
+        # Idle client connections are closed after this long: thousands of runtimes on one host
+        # would otherwise hold one descriptor per runtime and client for ever (benchmarks lower it).
+        self.keepalive_timeout = keepalive_timeout
         self.transport = WebhookTransport()
         self._emulators: dict[str, RuntimeEmulator] = {}
         self._numbers = itertools.count(1)
@@ -169,6 +178,7 @@ class EmulatorHost:
                 if name in self._emulators:
                     raise ValueError(f"an emulator named {name!r} already exists")
                 emulator = RuntimeEmulator(name=name, tls=tls, host=self, transport=self.transport)
+                emulator.keepalive_timeout = self.keepalive_timeout
                 if token is not None:
                     emulator.token = token
                 emulator.kubelet = self.kubelet
@@ -184,6 +194,13 @@ class EmulatorHost:
     async def serve(self, emulator: RuntimeEmulator) -> None:
         """(Re)start listening for one emulator, with its TLS settings."""
         await emulator.listen(self.bind, self._ssl_context(emulator.tls))
+
+    def set_latency(self, seconds: float, emulators: Iterable[RuntimeEmulator] | None = None) -> None:
+        """Add ``seconds`` before every answer of these emulators (all by default): a network
+        round trip to a runtime in another region, or a runtime that answers late (or, with a
+        very large value, never)."""
+        for emulator in self if emulators is None else emulators:
+            emulator.faults.latency = seconds
 
     def remove(self, emulator: RuntimeEmulator) -> None:
         """Stop an emulator and forget it; its port refuses connections afterwards."""

@@ -95,8 +95,12 @@ def _translate(exc: Exception, what: str) -> RuntimeAPIError:
     return Temporary(f"{what}: {type(exc).__name__}: {exc}")
 
 
+ObjectKey = tuple[str, str, str, str]  # apiVersion, kind, namespace, name
+
+
 class RuntimeClient:
-    """Calls to one runtime, with its own connection pool, discovery cache and call counts."""
+    """Calls to one runtime, with its own connection pool (kept alive between reconciles),
+    discovery cache and call counts."""
 
     def __init__(self, api_client: k8s.ApiClient) -> None:
         self.api = api_client

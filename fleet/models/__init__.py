@@ -7,13 +7,14 @@ from .jobs import Job, JobKind, JobStatus
 from .kyma import Kyma, KymaState
 from .module import Module
 from .moduleconfig import ModuleConfig, ModuleConfigDeletion, ModuleConfigWatch, RevisionCounter
-from .records import ReconcileRecord
+from .records import DriftCount, ReconcileRecord
 from .syncresource import ApplyStrategy, DeletionPolicy, ManifestState, SyncResource
 
 __all__ = [
     "MODULE_KEY_MARKER",
     "ApplyStrategy",
     "DeletionPolicy",
+    "DriftCount",
     "Job",
     "JobKind",
     "JobStatus",

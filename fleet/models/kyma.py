@@ -150,6 +150,9 @@ class Kyma(NamespacedResourceModel):
     runtime_kyma_generation = models.BigIntegerField(default=0, editable=False)
     pushed_generation = models.BigIntegerField(default=0, editable=False)
     applied_watchers = models.JSONField(default=list, blank=True, editable=False)
+    # Runtime objects whose check can wait (fleet.reconciler.apply): "apiVersion|kind|ns|name" ->
+    # [content hash, epoch seconds when seen holding it]; shared by every worker, written with the status.
+    runtime_verified = models.JSONField(default=dict, blank=True, editable=False)
 
     # Liveness of the runtime watcher (heartbeats and events reach the listener).
     watcher_last_seen_at = models.DateTimeField(null=True, blank=True)

@@ -42,6 +42,12 @@ def _value(value: Any) -> str:
     return str(value)
 
 
+def describe_drift(entry: dict[str, Any]) -> str:
+    """A corrected object as ``Deployment kyma-system/skr-webhook``."""
+    where = "/".join(part for part in (entry.get("namespace"), entry.get("name")) if part)
+    return f"{entry.get('kind')} {where}"
+
+
 def describe_change(change: dict[str, Any]) -> str:
     """One change as a sentence: ``channel regular → fast``, ``module keda added``, ..."""
     kind = change.get("kind", "")
@@ -75,6 +81,8 @@ class ReconcileRecord(models.Model):
     message = models.TextField(blank=True)
     reason = models.CharField(max_length=100, blank=True)
     changes = models.JSONField(default=list, blank=True)
+    # Objects found changed in the runtime and applied again: [{kind, namespace, name}, ...]
+    drift_corrected = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["-started_at"]
@@ -91,4 +99,16 @@ class ReconcileRecord(models.Model):
         return reason_label(self.reason)
 
     def change_lines(self) -> list[str]:
-        return [describe_change(change) for change in self.changes or () if isinstance(change, dict)]
+        drift = [f"drift corrected: {describe_drift(entry)}" for entry in self.drift_corrected or ()]
+        return drift + [describe_change(change) for change in self.changes or () if isinstance(change, dict)]
+
+
+class DriftCount(models.Model):
+    """Drift corrections so far, by kind: ``controlplane_drift_corrected_total{kind}`` is read from
+    here at scrape time, so it is right whichever process answers and survives worker restarts."""
+
+    kind = models.CharField(max_length=63, primary_key=True)
+    total = models.PositiveBigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.total}"

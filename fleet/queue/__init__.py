@@ -14,7 +14,7 @@ below the task module, the listener, the services, the jobs and beat, which all 
 """
 
 from .coverage import Coverage
-from .lease import lease_acquire, lease_extend, lease_release, worker_id
+from .lease import LeaseKeeper, lease_acquire, lease_extend, lease_release, worker_id
 from .marks import flags
 from .requests import (
     RECONCILE_TASK,
@@ -41,6 +41,7 @@ __all__ = [
     "RECONCILE_TASK",
     "Coverage",
     "LeaseBusy",
+    "LeaseKeeper",
     "RetryLater",
     "TooSoon",
     "flags",

@@ -3,6 +3,8 @@
 A reconcile holds a lease (``lease_owner``/``lease_until`` on the Kyma) taken with a conditional
 UPDATE and extended between steps; a task that finds it taken re-arms its mark and retries
 shortly (:class:`fleet.queue.retry.LeaseBusy`). A worker that dies loses the lease when it runs out.
+The owner names the thread too: with Celery's threads pool, one process runs many reconciles, and
+a reconcile whose lease ran out must not extend or release the lease another thread took since.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import datetime as dt
 import os
 import socket
+import threading
+import time
 
 from django.conf import settings
 from django.utils import timezone
@@ -18,8 +22,9 @@ from fleet.models import Kyma
 
 
 def worker_id() -> str:
-    """Who holds a lease: host and process (computed per call: pool processes are forked)."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """Who holds a lease: ``host:process:thread`` (computed per call: pool processes are forked,
+    pool threads share the process)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_native_id()}"
 
 
 def lease_acquire(kyma_id: int, *, owner: str | None = None) -> bool:
@@ -43,3 +48,22 @@ def lease_extend(kyma_id: int, *, owner: str | None = None) -> bool:
 def lease_release(kyma_id: int, *, owner: str | None = None) -> None:
     owner = owner or worker_id()
     Kyma.objects.filter(id=kyma_id, lease_owner=owner).update(lease_owner="", lease_until=None)
+
+
+class LeaseKeeper:
+    """Extends a held lease between reconcile steps, but only once a third of it has passed: a
+    reconcile that takes less time than that makes no extra query (and cannot have lost it)."""
+
+    def __init__(self, kyma_id: int, owner: str) -> None:
+        self.kyma_id = kyma_id
+        self.owner = owner
+        self.renewed = time.monotonic()
+
+    def __call__(self) -> bool:
+        """False when the lease was lost (another worker took over)."""
+        if time.monotonic() - self.renewed < settings.RECONCILE_LEASE_SECONDS / 3:
+            return True
+        if not lease_extend(self.kyma_id, owner=self.owner):
+            return False
+        self.renewed = time.monotonic()
+        return True

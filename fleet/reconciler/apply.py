@@ -1,27 +1,116 @@
-"""Apply an object into the runtime only when its content changed (one GET, and an apply if so)."""
+"""Apply an object into the runtime only when it is missing, its desired content changed, or
+someone changed what we manage in the runtime (drift); a reconcile that finds everything in place
+writes nothing.
+
+Round trips: objects whose drift matters at once (the watcher's Secret, Deployment and webhooks;
+synced manifests) are read every reconcile; the rest (CRDs, the PriorityClass, NetworkPolicies,
+Services) are known good for ``RUNTIME_RECHECK_INTERVAL`` once verified, and when due, the ones of
+one kind and namespace are read in one labelled list instead of one GET each. When each was last
+seen in place is kept on the Kyma (written with its status: no extra query), so every worker
+process knows it, and the memory costs nothing per process.
+"""
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterable
 from typing import Any
 
-from kernel.documents.hashing import carries_hash
+from django.conf import settings
+
+from fleet.k8s.client import ObjectKey, Permanent
+from kernel.documents.hashing import HASH_ANNOTATION, carries_hash
 
 from .context import ReconcileContext
+from .drift import describe, drifted
+
+MANAGED_SELECTOR = "operator.kyma-project.io/managed-by=kyma"
+
+
+def key_of(doc: dict[str, Any]) -> ObjectKey:
+    meta = doc["metadata"]
+    return doc["apiVersion"], doc["kind"], meta.get("namespace") or "", meta["name"]
+
+
+def digest_of(doc: dict[str, Any]) -> str:
+    return doc["metadata"]["annotations"][HASH_ANNOTATION]
 
 
 def live_object(ctx: ReconcileContext, doc: dict[str, Any]) -> dict[str, Any] | None:
+    """The runtime's copy of ``doc`` (from this reconcile's labelled lists when one covered it)."""
+    key = key_of(doc)
+    if key in ctx.listed:
+        return ctx.listed[key]
     meta = doc["metadata"]
     return ctx.client.get(doc["apiVersion"], doc["kind"], meta["name"], meta.get("namespace"))
 
 
-def apply_if_changed(ctx: ReconcileContext, doc: dict[str, Any]) -> dict[str, Any] | None:
-    """The runtime's object when it already carried ``doc``'s content hash; ``None`` when it was
-    (re)applied with server-side apply."""
+def prefetch(ctx: ReconcileContext, docs: Iterable[dict[str, Any]]) -> None:
+    """Read objects of one kind and namespace with one labelled list when there are several (all
+    carry our managed-by label); :func:`live_object` then answers from it."""
+    groups: dict[tuple[str, str, str], list[ObjectKey]] = defaultdict(list)
+    for doc in docs:
+        key = key_of(doc)
+        if key not in ctx.listed:
+            groups[key[:3]].append(key)
+    for (api_version, kind, namespace), keys in groups.items():
+        if len(keys) < 2:
+            continue
+        try:
+            items = ctx.client.list(api_version, kind, namespace or None, labels=MANAGED_SELECTOR)
+        except Permanent:
+            continue  # e.g. the kind is not served: each object's own GET says so
+        found = {(item.get("metadata") or {}).get("name"): item for item in items}
+        for key in keys:
+            ctx.listed[key] = found.get(key[3])
+
+
+def needs_check(ctx: ReconcileContext, doc: dict[str, Any]) -> bool:
+    """Whether a check that can wait is due: the object was never seen holding this content, or
+    longer than ``RUNTIME_RECHECK_INTERVAL`` ago (``Kyma.runtime_verified``, shared by all workers)."""
+    seen = ctx.verified.get("|".join(key_of(doc)))
+    return not (
+        seen
+        and seen[0] == digest_of(doc)
+        and ctx.now.timestamp() - seen[1] < settings.RUNTIME_RECHECK_INTERVAL
+    )
+
+
+def _verified(ctx: ReconcileContext, doc: dict[str, Any], *, every_time: bool = False) -> None:
+    """Seen in place now. Objects checked every time are only noted once per content (so a
+    deletion is known as drift), which keeps the Kyma's row unchanged between no-op reconciles."""
+    key, digest = "|".join(key_of(doc)), digest_of(doc)
+    if every_time and (ctx.verified.get(key) or [None])[0] == digest:
+        return
+    ctx.verified[key] = [digest, int(ctx.now.timestamp())]
+
+
+def apply_if_changed(
+    ctx: ReconcileContext, doc: dict[str, Any], *, every_time: bool = True
+) -> dict[str, Any] | None:
+    """Make the runtime hold ``doc`` (a stamped object). Returns the runtime's object when it was
+    already in place (``doc`` itself when the check could wait and was skipped), ``None`` when it
+    was (re)applied with server-side apply. A copy that carries our hash but differs in a field
+    we manage, or that is gone though we had seen it in place, is drift: corrected and recorded
+    on the context. Keeps the lease between objects (a slow runtime takes a while per call)."""
+    ctx.step()
+    if not every_time and not needs_check(ctx, doc):
+        return doc
     live = live_object(ctx, doc)
+    drift = False
     if carries_hash(live, doc):
-        return live
+        if not drifted(doc, live):
+            _verified(ctx, doc, every_time=every_time)
+            return live
+        drift = True
+    elif live is None and ctx.verified.get("|".join(key_of(doc))):
+        drift = True  # deleted in the runtime
+    if drift:
+        ctx.drift.append(describe(doc))  # the timeline says "drift corrected: ..." for it
     ctx.client.apply(doc)
-    ctx.change("applied", resource=resource_name(doc), action="created" if live is None else "updated")
+    _verified(ctx, doc, every_time=every_time)
+    if not drift:
+        ctx.change("applied", resource=resource_name(doc), action="created" if live is None else "updated")
     return None
 
 

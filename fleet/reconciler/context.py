@@ -22,6 +22,9 @@ CONDITION_TYPES = ("Runtime", "SKRWebhook", "ModuleCatalog", "Modules", "SyncRes
 WARNING_CONDITIONS = frozenset({"WatcherHeartbeat"})
 
 
+KUBECONFIG_KEY = "@kubeconfig"
+
+
 class LeaseLost(Exception):
     """Another worker took over this Kyma (our lease expired): stop without writing."""
 
@@ -75,11 +78,21 @@ class ReconcileContext:
     fatal: str = ""  # a reason that makes the whole Kyma Error (unreachable, no kubeconfig, ...)
     messages: list[str] = field(default_factory=list)
     heartbeat: Any = None  # callable extending the lease between steps
+    lease_owner: str = ""  # the lease this reconcile holds: the final status write releases it
     remote_kyma: dict[str, Any] | None = None  # the runtime's Kyma as the reconcile left it
     dropped: set[str] = field(default_factory=set)  # condition types that no longer apply
     recheck_at: dt.datetime | None = None  # reconcile again no later than this
     # What this reconcile changed, for its record and the Kyma's timeline (fleet.models.records).
     changes: list[dict[str, Any]] = field(default_factory=list)
+    drift: list[dict[str, str]] = field(default_factory=list)  # objects corrected: kind, namespace, name
+    listed: dict[tuple[str, str, str, str], dict[str, Any] | None] = field(default_factory=dict)
+    verified: dict[str, list] = field(default_factory=dict)  # Kyma.runtime_verified, as it becomes
+
+    def __post_init__(self) -> None:
+        # Only valid for the cluster it was seen in: another kubeconfig starts from nothing.
+        cluster = self.kyma.kubeconfig.digest()[:16] if self.kyma.kubeconfig else ""
+        stored = self.kyma.runtime_verified or {}
+        self.verified = dict(stored) if stored.get(KUBECONFIG_KEY) == cluster else {KUBECONFIG_KEY: cluster}
 
     def condition(self, type_: str, status: str, reason: str, message: str = "") -> None:
         self.conditions[type_] = (status, reason, message)

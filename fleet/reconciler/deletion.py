@@ -44,7 +44,7 @@ def run(ctx: ReconcileContext) -> Outcome:
         kyma_id = kyma.pk
         kyma.delete()
         client_forget(kyma_id)
-        return Outcome(KymaState.DELETING, writes, "deleted")
+        return Outcome(KymaState.DELETING, writes, "deleted", kyma_deleted=True)
     ctx.messages.append("waiting for other finalizers: " + ", ".join(kyma.finalizers))
     return finish(ctx)
 

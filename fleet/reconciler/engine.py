@@ -52,9 +52,12 @@ def _runtime_steps(ctx: ReconcileContext) -> None:
     ctx.remote_kyma = live
 
 
-def kyma_reconcile(kyma: Kyma, *, heartbeat: object = None, now: dt.datetime | None = None) -> Outcome:
-    """Reconcile one Kyma; the caller holds its lease (``heartbeat`` extends it between steps)."""
-    ctx = ReconcileContext(kyma=kyma, now=now or timezone.now(), heartbeat=heartbeat)
+def kyma_reconcile(
+    kyma: Kyma, *, heartbeat: object = None, now: dt.datetime | None = None, lease_owner: str = ""
+) -> Outcome:
+    """Reconcile one Kyma; the caller holds its lease (``heartbeat`` extends it between steps; with
+    ``lease_owner`` the final status write releases it: see ``Outcome.lease_released``)."""
+    ctx = ReconcileContext(kyma=kyma, now=now or timezone.now(), heartbeat=heartbeat, lease_owner=lease_owner)
     if kyma.is_deleting:
         return deletion.run(ctx)
     if kyma.skip_reconciliation:

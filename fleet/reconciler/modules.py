@@ -149,15 +149,18 @@ def _one(
             _tracking(doc),
         )
     live_meta = live.get("metadata") or {}
-    config, was_changed = module_services.moduleconfig_upsert(
-        kyma=ctx.kyma,
-        module=module,
-        spec=live.get("spec") or {},
-        source_generation=live_meta.get("generation", 0),
-        source_resource_version=live_meta.get("resourceVersion", ""),
-    )
-    if was_changed:
-        changed.append(config.pk)
+    source = (live.get("spec") or {}, live_meta.get("generation", 0), live_meta.get("resourceVersion", ""))
+    if config is None or (config.spec, config.source_generation, config.source_resource_version) != source:
+        # (only this reconcile writes a config's spec, under the Kyma's lease: no need to look again)
+        config, was_changed = module_services.moduleconfig_upsert(
+            kyma=ctx.kyma,
+            module=module,
+            spec=source[0],
+            source_generation=source[1],
+            source_resource_version=source[2],
+        )
+        if was_changed:
+            changed.append(config.pk)
     state, message = _state_of(config, live)
     return ModuleOutcome(
         module.name,

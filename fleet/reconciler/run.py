@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import logging
 import time
-from functools import partial
 
+from django.db import IntegrityError
 from django.utils import timezone
 
 from fleet import queue
 from fleet.models import Kyma, ReconcileRecord
 from fleet.reconciler import kyma_reconcile
 from fleet.reconciler.context import LeaseLost
+from fleet.reconciler.drift import count_corrections
 
 log = logging.getLogger(__name__)
 
@@ -28,51 +29,59 @@ def kyma_reconcile_run(kyma_id: int, *, min_spacing: float = 0.0, reason: str = 
     spacing, and cannot crowd the rest of the fleet out of the workers. When a request asked the
     reconcile not to read the runtime before some time (an event that arrived just before this
     task was due), it waits until then: at most the listener's margin.
+
+    Database round trips of a no-op: the lease is taken first and the Kyma read once under it;
+    the status write releases the lease in the same UPDATE; the record is inserted without
+    looking whether the Kyma still exists (the cleanup says when it deleted the row).
     """
     not_before = queue.started(kyma_id)
     hold = queue.hold_for(not_before)
-    found = list(Kyma.objects.filter(pk=kyma_id).values_list("last_reconcile_at", flat=True)[:1])
-    if not found:
-        return
-    if min_spacing > 0 and found[0] is not None:
-        wait = min_spacing - (timezone.now() - found[0]).total_seconds()
-        if wait > 0.005:
-            wait = max(wait, hold)
-            if queue.rearm(kyma_id, wait, not_before=not_before):
-                raise queue.TooSoon(retry_after=wait)
-            return  # another task is queued: it runs after the spacing
-    if not queue.lease_acquire(kyma_id):
+    owner = queue.worker_id()
+    if not queue.lease_acquire(kyma_id, owner=owner):
+        if not Kyma.objects.filter(pk=kyma_id).exists():
+            return
         wait = max(0.5, hold)
         if queue.rearm(kyma_id, wait, not_before=not_before):
             raise queue.LeaseBusy(retry_after=wait)
         return  # another task is queued: it runs after the current holder
-    if hold > 0:
-        time.sleep(queue.hold_for(not_before))
-    started_at, started = timezone.now(), time.perf_counter()
-    outcome, kyma = None, None
+    outcome, kyma, released = None, None, False
     try:
         kyma = Kyma.objects.filter(pk=kyma_id).first()
-        if kyma is not None:
-            outcome = kyma_reconcile(kyma, heartbeat=partial(queue.lease_extend, kyma_id))
+        if kyma is None:
+            return
+        if min_spacing > 0 and kyma.last_reconcile_at is not None:
+            wait = min_spacing - (timezone.now() - kyma.last_reconcile_at).total_seconds()
+            if wait > 0.005:
+                wait = max(wait, hold)
+                if queue.rearm(kyma_id, wait, not_before=not_before):
+                    raise queue.TooSoon(retry_after=wait)
+                return  # another task is queued: it runs after the spacing
+        if hold > 0:
+            time.sleep(queue.hold_for(not_before))
+        started_at, started = timezone.now(), time.perf_counter()
+        outcome = kyma_reconcile(kyma, heartbeat=queue.LeaseKeeper(kyma_id, owner), lease_owner=owner)
+        released = outcome.lease_released
     except LeaseLost as exc:
         log.warning("%s; the new holder finishes the work", exc)
         return
     finally:
-        queue.lease_release(kyma_id)
-    if outcome is None or kyma is None:
-        return
+        if not released:
+            queue.lease_release(kyma_id, owner=owner)
     duration_ms = round((time.perf_counter() - started) * 1000)
     log.info(
-        "reconciled %s/%s: %s in %d ms (requested: %s; %d runtime write(s))%s",
+        "reconciled %s/%s: %s in %d ms (requested: %s; %d runtime write(s)%s)%s",
         kyma.namespace,
         kyma.name,
         outcome.state,
         duration_ms,
         reason or "unknown",
         outcome.runtime_writes,
+        "".join(f"; drift corrected: {d['kind']} {d['namespace']}/{d['name']}" for d in outcome.drift),
         f": {outcome.message}" if outcome.message else "",
     )
-    if Kyma.objects.filter(pk=kyma_id).exists():
+    if outcome.kyma_deleted:
+        return
+    try:
         ReconcileRecord.objects.create(
             kyma_id=kyma_id,
             started_at=started_at,
@@ -82,4 +91,8 @@ def kyma_reconcile_run(kyma_id: int, *, min_spacing: float = 0.0, reason: str = 
             message=outcome.message[:2000],
             reason=reason[:100],
             changes=list(outcome.changes),
+            drift_corrected=list(outcome.drift),
         )
+    except IntegrityError:
+        return  # the row was deleted meanwhile (by force): nothing to record it on
+    count_corrections([entry["kind"] for entry in outcome.drift])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fleet.k8s.client import Gone
 from fleet.models import Kyma
 from fleet.models.kyma import MODULE_DEFAULTS
 from fleet.models.records import describe_change
@@ -35,8 +36,9 @@ def kyma_crd() -> dict[str, Any]:
     return stamped(_unstamped_crd())
 
 
-def ensure_crd(ctx: ReconcileContext) -> None:
-    apply_if_changed(ctx, kyma_crd())
+def ensure_crd(ctx: ReconcileContext, *, every_time: bool = False) -> None:
+    """Rechecked every ``RUNTIME_RECHECK_INTERVAL`` (the Kyma read right after fails if it went)."""
+    apply_if_changed(ctx, kyma_crd(), every_time=every_time)
 
 
 def desired(kyma: Kyma) -> dict[str, Any]:
@@ -63,7 +65,11 @@ def sync(ctx: ReconcileContext) -> dict[str, Any]:
     live = client.get(API_VERSION, "Kyma", NAME, NAMESPACE)
     if live is None:
         client.ensure_namespace(NAMESPACE)  # (the Kyma lives there: no need to look while it exists)
-        live = client.apply(desired(kyma))
+        try:
+            live = client.apply(desired(kyma))
+        except Gone:  # the CRD went since it was last verified: install it, then the Kyma
+            ensure_crd(ctx, every_time=True)
+            live = client.apply(desired(kyma))
         ctx.change("applied", resource=f"Kyma {NAMESPACE}/{NAME}", action="created")
         _record(kyma, live, pushed=kyma.generation)
         return live

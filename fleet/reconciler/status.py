@@ -14,7 +14,7 @@ from fleet.models.kyma import state_reason_of
 from kernel.timefmt import rfc3339
 
 from . import modules, runtime_kyma
-from .context import ReconcileContext, comparable, derive_state, merged_conditions
+from .context import LeaseLost, ReconcileContext, comparable, derive_state, merged_conditions
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +47,9 @@ class Outcome:
     runtime_writes: int
     message: str = ""
     changes: tuple[dict, ...] = ()
+    drift: tuple[dict[str, str], ...] = ()  # objects found changed in the runtime and applied again
+    lease_released: bool = False  # the status write released the reconcile's lease too
+    kyma_deleted: bool = False  # the cleanup finished and the row is gone (nothing to record on)
 
 
 def next_interval(state: str, error_streak: int) -> float:
@@ -104,6 +107,8 @@ def finish(ctx: ReconcileContext) -> Outcome:
         "error_streak": streak,
         "applied_watchers": kyma.applied_watchers,
     }
+    if ctx.verified != kyma.runtime_verified:
+        fields["runtime_verified"] = ctx.verified
     if changed:
         message = ctx.fatal or "; ".join(ctx.messages) or f"reconciled: {state}"
         fields.update(
@@ -122,12 +127,22 @@ def finish(ctx: ReconcileContext) -> Outcome:
         )
     if reached:
         _note_module_states(ctx, kyma.module_status, module_status)
-    Kyma.objects.filter(pk=kyma.pk).update(**fields)
+    if ctx.lease_owner:  # one UPDATE for the status and the lease; none if the lease was lost
+        fields.update(lease_owner="", lease_until=None)
+        if not Kyma.objects.filter(pk=kyma.pk, lease_owner=ctx.lease_owner).update(**fields):
+            raise LeaseLost(f"lease of Kyma {kyma.key} lost")
+    else:
+        Kyma.objects.filter(pk=kyma.pk).update(**fields)
     for name, value in fields.items():
         setattr(kyma, name, value)
     counts = ctx.client.counts if ctx.client is not None else None
     return Outcome(
-        state, counts.writes if counts else 0, ctx.fatal or "; ".join(ctx.messages), tuple(ctx.changes)
+        state,
+        counts.writes if counts else 0,
+        ctx.fatal or "; ".join(ctx.messages),
+        changes=tuple(ctx.changes),
+        drift=tuple(ctx.drift),
+        lease_released=bool(ctx.lease_owner),
     )
 
 

@@ -1,8 +1,10 @@
 """SyncResources: manifests module managers want in a runtime, applied by strategy.
 
-ServerSideApply applies a manifest when the runtime's object is missing or carries another
-content hash; CreateOnly creates a missing object and never touches an existing one; ReadOnly only
-observes. Manifests that left a SyncResource are pruned from the runtime unless the deletion policy
+ServerSideApply applies a manifest when the runtime's object is missing, carries another content
+hash, or differs in a field the manifest sets (drift, corrected and recorded: see :mod:`.drift`);
+manifests of one kind and namespace are read with one labelled list. CreateOnly creates a missing
+object and never touches an existing one; ReadOnly only observes. Manifests that left a
+SyncResource are pruned from the runtime unless the deletion policy
 is Orphan (read-only objects are never deleted). Each manifest's outcome is recorded; the
 SyncResource row is written only when that record changed.
 """
@@ -17,8 +19,9 @@ from fleet.models import ApplyStrategy, DeletionPolicy, ManifestState, SyncResou
 from kernel.documents.hashing import HASH_ANNOTATION, carries_hash, stamped
 from kernel.timefmt import rfc3339
 
-from .apply import live_object, resource_name
+from .apply import live_object, prefetch, resource_name
 from .context import FALSE, TRUE, ModuleOutcome, ReconcileContext
+from .drift import describe, drifted
 
 OWNER_ANNOTATION = "controlplane.kyma-project.io/sync-resource"
 FINALIZER = "controlplane.kyma-project.io/sync-resource"
@@ -68,16 +71,24 @@ def _sync_one(ctx: ReconcileContext, resource: SyncResource, doc: dict[str, Any]
                     doc, ManifestState.FAILED, "not found in the runtime (read only)", previous_time
                 )
             return _entry(doc, ManifestState.APPLIED, "observed", previous_time)
-        if live is not None and (
-            resource.apply_strategy == ApplyStrategy.CREATE_ONLY or carries_hash(live, doc)
-        ):
+        if live is not None and resource.apply_strategy == ApplyStrategy.CREATE_ONLY:
             return _entry(doc, ManifestState.APPLIED, "", previous_time or now)
+        drift_before = len(ctx.drift)
+        if carries_hash(live, doc):
+            if not drifted(doc, live):
+                return _entry(doc, ManifestState.APPLIED, "", previous_time or now)
+            ctx.drift.append(describe(doc))
+        elif live is None and (old or {}).get("state") == ManifestState.APPLIED:
+            ctx.drift.append(describe(doc))  # deleted in the runtime
         if resource.apply_strategy == ApplyStrategy.CREATE_ONLY:
             client.create(doc)
         else:
             client.apply(doc)
-        action = "created" if live is None else "updated"
-        ctx.change("applied", resource=resource_name(doc), action=f"{action} (SyncResource {resource.name})")
+        if len(ctx.drift) == drift_before:  # (a correction is in the timeline as drift corrected)
+            action = "created" if live is None else "updated"
+            ctx.change(
+                "applied", resource=resource_name(doc), action=f"{action} (SyncResource {resource.name})"
+            )
     except Temporary:
         raise
     except RuntimeAPIError as exc:
@@ -127,8 +138,11 @@ def sync(ctx: ReconcileContext) -> None:
         status = _refused_by_policy(ctx, resource, manifests, old)
         if status is None:
             status = []
-            for doc in docs:
-                ready = prepared(doc, resource)
+            ready_docs = [prepared(doc, resource) for doc in docs]
+            if resource.apply_strategy == ApplyStrategy.SERVER_SIDE_APPLY:  # (others: maybe not ours)
+                prefetch(ctx, ready_docs)
+            for ready in ready_docs:
+                ctx.step()
                 key = identity(
                     {"apiVersion": ready["apiVersion"], "kind": ready["kind"], **ready["metadata"]}
                 )

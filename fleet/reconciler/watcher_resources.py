@@ -1,7 +1,10 @@
 """The runtime watcher in a runtime: its certificate, Secret, Service, Deployment and webhooks.
 
-Each object carries a content hash; an object is applied only when the runtime's copy is missing
-or carries another hash, so a reconcile that finds everything in place writes nothing. The
+Each object carries a content hash; an object is applied only when the runtime's copy is missing,
+carries another hash, or differs in a field we manage (drift: a scaled-down Deployment, a removed
+webhook, edited Secret data), so a reconcile that finds everything in place writes nothing. The
+Secret, Deployment and webhook configuration are read every reconcile; the rest is rechecked every
+``RUNTIME_RECHECK_INTERVAL`` (see :mod:`.apply`). The
 Deployment's readiness decides the ``SKRWebhook`` condition: a crash-looping or unpullable watcher
 is an Error (upstream once reported it Ready).
 """
@@ -16,9 +19,11 @@ from watchers.models import Watcher
 from watchers.rendering import NAME, NAMESPACE, removal_order, runtime_watcher_resources
 from watchers.status import rollout_mark, webhook_problem
 
-from .apply import apply_if_changed
+from .apply import apply_if_changed, needs_check, prefetch
 from .context import FALSE, TRUE, ReconcileContext
 
+# What breaks events or the watcher at once when changed: checked every reconcile.
+EVERY_TIME = frozenset({"Secret", "Deployment", "ValidatingWebhookConfiguration"})
 FAILING_REASONS = ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError")
 
 
@@ -46,8 +51,9 @@ def sync(ctx: ReconcileContext, watchers: list[Watcher]) -> None:
         ctx.fatal = message
         return
     deployment = None
+    prefetch(ctx, [doc for doc in docs if doc["kind"] in EVERY_TIME or needs_check(ctx, doc)])
     for doc in docs:
-        live = apply_if_changed(ctx, doc)
+        live = apply_if_changed(ctx, doc, every_time=doc["kind"] in EVERY_TIME)
         if doc["kind"] == "Deployment":
             deployment = live
     ctx.kyma.applied_watchers = sorted(rollout_mark(w) for w in watchers)

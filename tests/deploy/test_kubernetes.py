@@ -175,10 +175,12 @@ def test_web_and_listener_run_at_least_two_replicas_with_a_disruption_budget(bui
         assert budget["spec"]["minAvailable"] == 1
 
 
-def test_worker_concurrency_comes_from_the_environment(built):
+def test_worker_pool_and_concurrency_come_from_the_environment(built):
     worker = main_container(built, "controlplane-worker")
-    assert "--concurrency=$(DEV_WORKER_CONCURRENCY)" in worker["command"]
-    assert int(_env(worker)["DEV_WORKER_CONCURRENCY"]["value"]) >= 1
+    assert "--pool=$(WORKER_POOL)" in worker["command"]
+    assert "--concurrency=$(WORKER_CONCURRENCY)" in worker["command"]
+    assert _env(worker)["WORKER_POOL"]["value"] == "threads"
+    assert int(_env(worker)["WORKER_CONCURRENCY"]["value"]) >= 1
 
 
 def test_migration_job_migrates_before_it_bootstraps_the_pki(built):

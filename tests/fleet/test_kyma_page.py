@@ -454,3 +454,17 @@ def test_given_a_too_deep_extra_in_a_module_row_then_no_500(admin_client):
     assert response.status_code == 302
     kyma.refresh_from_db()
     assert kyma.modules == [{"name": "keda", "managed": True, "customResourcePolicy": "CreateAndDelete"}]
+
+
+def test_given_a_reconcile_that_corrected_drift_then_the_timeline_names_what(admin_client, kyma):
+    ReconcileRecord.objects.create(
+        kyma=kyma,
+        started_at=timezone.now(),
+        duration_ms=42,
+        state="Ready",
+        runtime_writes=1,
+        drift_corrected=[{"kind": "Deployment", "namespace": "kyma-system", "name": "skr-webhook"}],
+    )
+    html = page(admin_client, kyma)
+    timeline = html[html.index('id="cp-timeline"') : html.index('id="cp-manifests"')]
+    assert "drift corrected: Deployment kyma-system/skr-webhook" in timeline

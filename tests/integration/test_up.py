@@ -62,7 +62,7 @@ def test_up_runs_the_control_plane_with_simulated_runtimes_whose_changes_flow_in
         WEB_BIND=f"127.0.0.1:{free_port()}",
         LISTENER_BIND=f"127.0.0.1:{listener_port}",
         LISTENER_METRICS_BIND=f"127.0.0.1:{free_port()}",
-        DEV_WORKER_CONCURRENCY="1",
+        WORKER_CONCURRENCY="2",
     )
     up = Process("up", [sys.executable, "manage.py", "up"], env)
     try:

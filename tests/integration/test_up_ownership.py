@@ -34,7 +34,7 @@ class Up:
             WEB_BIND=f"127.0.0.1:{self.web_port}",
             LISTENER_BIND=f"127.0.0.1:{self.listener_port}",
             LISTENER_METRICS_BIND=f"127.0.0.1:{free_port()}",
-            DEV_WORKER_CONCURRENCY="1",
+            WORKER_CONCURRENCY="2",
         )
         self.lines: collections.deque[str] = collections.deque(maxlen=300)
         self.roles: set[tuple[int, str]] = set()

@@ -128,7 +128,8 @@ def start_web(**env: str) -> tuple[Process, str]:
     return proc, f"http://127.0.0.1:{port}"
 
 
-def start_worker(concurrency: int = 1, **env: str) -> Process:
+def start_worker(concurrency: int = 1, pool: str = "threads", **env: str) -> Process:
+    """A Celery worker: ``concurrency`` reconciles at once in the ``pool`` (threads, as deployed)."""
     argv = [
         sys.executable,
         "-m",
@@ -138,13 +139,16 @@ def start_worker(concurrency: int = 1, **env: str) -> Process:
         "worker",
         "--loglevel",
         "INFO",
+        "--pool",
+        pool,
         "--concurrency",
         str(concurrency),
         "--without-mingle",
         "--without-gossip",
         "--without-heartbeat",
     ]
-    proc = Process("worker", argv, process_env(**env))
+    # (Celery's CLI cannot tell an explicit --pool prefork from its default: the setting decides)
+    proc = Process("worker", argv, process_env(WORKER_POOL=pool, **env))
     proc.wait_for_line("ready.", timeout=60)
     return proc
 

@@ -122,8 +122,10 @@ class TestHardenedRuntime:
         kyma = connected_kyma(hardened)
         reconcile(kyma)
         live = hardened.get_object("Deployment", "skr-webhook", "kyma-system")
-        del live["spec"]["template"]["spec"]["securityContext"]["seccompProfile"]
-        hardened.apply_as_user(  # e.g. a watcher left from before, still carrying its content hash
+        # Someone added a field the control plane does not manage (so no drift it would correct),
+        # which the namespace's pod security level refuses.
+        live["spec"]["template"]["spec"]["hostNetwork"] = True
+        hardened.apply_as_user(
             {
                 "apiVersion": "apps/v1",
                 "kind": "Deployment",
@@ -134,13 +136,13 @@ class TestHardenedRuntime:
                 },
                 "spec": live["spec"],
             },
-            field_manager="kyma-control-plane",
+            field_manager="kubectl-edit",
         )
         reconcile(kyma)
         assert conditions(kyma)["SKRWebhook"] == ("False", "WatcherFailing")
         message = next(c["message"] for c in kyma.conditions if c["type"] == "SKRWebhook")
         assert message.startswith("the runtime watcher cannot run: FailedCreate: pods ")
-        assert 'violates PodSecurity "restricted:latest": seccompProfile' in message
+        assert 'violates PodSecurity "restricted:latest": host namespaces' in message
 
 
 class TestImagePullSecretInTheRuntime:

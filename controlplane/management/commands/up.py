@@ -46,7 +46,16 @@ def roles(*, demo: bool) -> list[tuple[str, list[str]]]:
         ("listener", [*manage, "serve", "listener"]),
         (
             "worker",
-            [*celery, "worker", "--loglevel", "INFO", "--concurrency", str(settings.DEV_WORKER_CONCURRENCY)],
+            [
+                *celery,
+                "worker",
+                "--loglevel",
+                "INFO",
+                "--pool",
+                settings.CELERY_WORKER_POOL,
+                "--concurrency",
+                str(settings.CELERY_WORKER_CONCURRENCY),
+            ],
         ),
         ("beat", [*celery, "beat", "--loglevel", "INFO"]),
     ]
