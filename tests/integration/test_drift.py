@@ -105,8 +105,13 @@ def scale_watcher_to_zero(runtime) -> None:
     runtime.patch_as_user("Deployment", "skr-webhook", {"spec": {"replicas": 0}}, "kyma-system")
 
 
+WEBHOOKS_BEFORE: dict[int, list[str]] = {}  # runtime -> the webhook names the reconcile put there
+
+
 def remove_a_webhook(runtime) -> None:
-    runtime.edit_as_user(WEBHOOK_CONFIG, "skr-webhook", lambda obj: obj.update(webhooks=[]))
+    live = runtime.get_object(WEBHOOK_CONFIG, "skr-webhook")
+    WEBHOOKS_BEFORE[id(runtime)] = [hook["name"] for hook in live["webhooks"]]
+    runtime.edit_as_user(WEBHOOK_CONFIG, "skr-webhook", lambda obj: obj.update(webhooks=obj["webhooks"][1:]))
 
 
 def change_secret_data(runtime) -> None:
@@ -126,7 +131,8 @@ def watcher_scaled_back(runtime) -> bool:
 
 
 def webhooks_back(runtime) -> bool:
-    return len(runtime.get_object(WEBHOOK_CONFIG, "skr-webhook")["webhooks"]) == 1
+    names = [hook["name"] for hook in runtime.get_object(WEBHOOK_CONFIG, "skr-webhook")["webhooks"]]
+    return sorted(names) == sorted(WEBHOOKS_BEFORE[id(runtime)])
 
 
 def secret_restored(runtime) -> bool:
