@@ -159,6 +159,24 @@ class Accepted:
         }
 
 
+def stored_change(event: WatchEvent) -> queue.StoredChange | None:
+    """The change the event reported, as the reconcile checks it in the runtime (``None``: the
+    event did not say; the reconcile then starts after ``LISTENER_RECONCILE_DELAY``)."""
+    change = event.change
+    if change is None:
+        return None
+    api_version = f"{event.group}/{event.version}" if event.group else event.version
+    return queue.StoredChange(
+        api_version=api_version,
+        kind=event.kind,
+        namespace=event.watched.namespace,
+        name=event.watched.name,
+        operation=change.operation,
+        uid=change.uid,
+        old_resource_version=change.old_resource_version,
+    )
+
+
 def watch_event_accept(*, event: WatchEvent, identity: ClientIdentity) -> Accepted:
     """Route an accepted event; raises NotFound (404), Forbidden (403), QueueUnavailable (503)."""
     received_at = timezone.now()  # before the claim: a reconcile covering this event starts later
@@ -166,7 +184,7 @@ def watch_event_accept(*, event: WatchEvent, identity: ClientIdentity) -> Accept
     owner = (event.owner.namespace, event.owner.name) if event.owner else None
     kyma = runtime_for(owner, identity)
     if event.component == settings.LISTENER_RECONCILE_COMPONENT:
-        queued = COVERAGE.request(kyma.id)
+        queued = COVERAGE.request(kyma.id, stored_change(event))
         outcome = EventOutcome.QUEUED if queued else EventOutcome.COALESCED
     else:
         forward_event_publish(route=route, event=event, kyma=kyma, identity=identity)

@@ -12,6 +12,7 @@ from fleet import queue
 from fleet.models import Kyma, ReconcileRecord
 from fleet.reconciler import kyma_reconcile
 from fleet.reconciler.context import LeaseLost
+from fleet.reconciler.stored import wait_until_stored
 
 log = logging.getLogger(__name__)
 
@@ -27,9 +28,11 @@ def kyma_reconcile_run(kyma_id: int, *, min_spacing: float = 0.0, reason: str = 
     deferred (:class:`TooSoon`): a runtime that keeps changing gets at most one reconcile per
     spacing, and cannot crowd the rest of the fleet out of the workers. When a request asked the
     reconcile not to read the runtime before some time (an event that arrived just before this
-    task was due), it waits until then: at most the listener's margin.
+    task was due), it waits until then: at most the listener's margin. When the events said which
+    changes they saw, it first checks that the runtime stored them (:mod:`.stored`).
     """
-    not_before = queue.started(kyma_id)
+    start = queue.start(kyma_id)
+    not_before, changes = start.not_before, start.changes
     hold = queue.hold_for(not_before)
     found = list(Kyma.objects.filter(pk=kyma_id).values_list("last_reconcile_at", flat=True)[:1])
     if not found:
@@ -38,12 +41,12 @@ def kyma_reconcile_run(kyma_id: int, *, min_spacing: float = 0.0, reason: str = 
         wait = min_spacing - (timezone.now() - found[0]).total_seconds()
         if wait > 0.005:
             wait = max(wait, hold)
-            if queue.rearm(kyma_id, wait, not_before=not_before):
+            if queue.rearm(kyma_id, wait, not_before=not_before, changes=changes):
                 raise queue.TooSoon(retry_after=wait)
             return  # another task is queued: it runs after the spacing
     if not queue.lease_acquire(kyma_id):
         wait = max(0.5, hold)
-        if queue.rearm(kyma_id, wait, not_before=not_before):
+        if queue.rearm(kyma_id, wait, not_before=not_before, changes=changes):
             raise queue.LeaseBusy(retry_after=wait)
         return  # another task is queued: it runs after the current holder
     if hold > 0:
@@ -53,6 +56,9 @@ def kyma_reconcile_run(kyma_id: int, *, min_spacing: float = 0.0, reason: str = 
     try:
         kyma = Kyma.objects.filter(pk=kyma_id).first()
         if kyma is not None:
+            if changes:  # the reconcile starts once they are stored
+                wait_until_stored(kyma, queue.decode_all(changes))
+                started_at, started = timezone.now(), time.perf_counter()
             outcome = kyma_reconcile(kyma, heartbeat=partial(queue.lease_extend, kyma_id))
     except LeaseLost as exc:
         log.warning("%s; the new holder finishes the work", exc)
