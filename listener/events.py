@@ -69,7 +69,7 @@ class WatchEvent:
         return body
 
 
-def _key(value: Any, field: str, *, name_required: bool) -> ObjectKey:
+def object_key(value: Any, field: str, *, name_required: bool) -> ObjectKey:
     if not isinstance(value, dict):
         raise EventInvalid(f"{field} must be an object with Namespace and Name")
     folded: dict[str, Any] = {}
@@ -127,7 +127,7 @@ def parse_event(contract: str, component: str, body: bytes) -> WatchEvent:
     data = parse_body(body)
     if "watched" not in data:
         raise EventInvalid("watched is required")
-    watched = _key(data["watched"], "watched", name_required=True)
+    watched = object_key(data["watched"], "watched", name_required=True)
     gvk = data.get("watchedGvk")
     if not isinstance(gvk, dict):
         raise EventInvalid("watchedGvk must be an object with group, version and kind")
@@ -140,7 +140,7 @@ def parse_event(contract: str, component: str, body: bytes) -> WatchEvent:
     if contract == "v1":
         if "owner" not in data:
             raise EventInvalid("owner is required in contract v1 (the Kyma to reconcile)")
-        owner = _key(data["owner"], "owner", name_required=True)
+        owner = object_key(data["owner"], "owner", name_required=True)
         if not owner.namespace:
             raise EventInvalid("owner.namespace is required in contract v1")
     return WatchEvent(

@@ -33,6 +33,7 @@ from django.utils import timezone
 
 from fleet.models import Kyma
 
+from .batching import GroupCommit
 from .changes import MAX_CHANGES
 
 
@@ -289,6 +290,23 @@ class RedisFlags:
         self.prefix = prefix
         self._claim_one = self.client.register_script(_CLAIM_ONE)
         self._release = self.client.register_script(_RELEASE)
+        # Concurrent claims (the listener's threads) share one pipelined round trip.
+        self._claims: GroupCommit[list, object] = GroupCommit(self._claim_batch)
+
+    def _claim_batch(self, batch: Sequence[list]) -> list:
+        """Run the claim script once per item in one pipeline (EVALSHA; loaded again if the
+        server lost its scripts). An error answer goes to its own caller only."""
+        answers = self._evalsha_all(batch)
+        if any(isinstance(answer, redis.exceptions.NoScriptError) for answer in answers):
+            self.client.script_load(_CLAIM_ONE)
+            answers = self._evalsha_all(batch)
+        return answers
+
+    def _evalsha_all(self, batch: Sequence[list]) -> list:
+        with self.client.pipeline(transaction=False) as pipe:
+            for args in batch:
+                pipe.evalsha(self._claim_one.sha, 1, *args)
+            return pipe.execute(raise_on_error=False)
 
     def key(self, kyma_id: int) -> str:
         return f"{self.prefix}:reconcile-queued:{kyma_id}"
@@ -313,9 +331,9 @@ class RedisFlags:
         changes: Sequence[str] = (),
         fallback: dt.datetime | None = None,
     ) -> dt.datetime | None:
-        found = self._claim_one(
-            keys=[self.key(kyma_id)],
-            args=[
+        found = self._claims.call(
+            [
+                self.key(kyma_id),
                 _stamp(eta),
                 _stamp(need) if need is not None else "0",
                 int(_ttl().total_seconds()),
@@ -324,7 +342,7 @@ class RedisFlags:
                 "\n".join(changes),
                 MAX_CHANGES,
                 _stamp(fallback) if fallback is not None else "0",
-            ],
+            ]
         )
         return None if found is None else _moment(found)
 
