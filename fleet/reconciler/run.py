@@ -17,6 +17,20 @@ from fleet.reconciler.stored import wait_until_stored
 log = logging.getLogger(__name__)
 
 
+def _after_quiet(kyma_id: int, min_spacing: float) -> bool:
+    """Whether the last reconcile came after a quiet period (none in the two spacings before the
+    one before it): then one more runs at once. The spacing is a budget, not a delay: a runtime
+    gets two reconciles per two spacings, so a first change after a periodic reconcile (or after
+    an earlier change long ago) is not held back, while a runtime that keeps changing still gets
+    one reconcile per spacing."""
+    before = list(
+        ReconcileRecord.objects.filter(kyma_id=kyma_id)
+        .order_by("-started_at")
+        .values_list("started_at", flat=True)[1:2]
+    )
+    return not before or (timezone.now() - before[0]).total_seconds() >= 2 * min_spacing
+
+
 def kyma_reconcile_run(kyma_id: int, *, min_spacing: float = 0.0, reason: str = "") -> None:
     """Entry point of the reconcile task; returns quietly when the Kyma is gone.
 
@@ -25,8 +39,9 @@ def kyma_reconcile_run(kyma_id: int, *, min_spacing: float = 0.0, reason: str = 
     and the outcome's message.
 
     With ``min_spacing``, a Kyma whose last reconcile started less than that many seconds ago is
-    deferred (:class:`TooSoon`): a runtime that keeps changing gets at most one reconcile per
-    spacing, and cannot crowd the rest of the fleet out of the workers. When a request asked the
+    deferred (:class:`TooSoon`), unless that reconcile came after a quiet period: a runtime that
+    keeps changing gets at most one reconcile per spacing (two in a row after a quiet period), and
+    cannot crowd the rest of the fleet out of the workers. When a request asked the
     reconcile not to read the runtime before some time (an event that arrived just before this
     task was due), it waits until then: at most the listener's margin. When the events said which
     changes they saw, it first checks that the runtime stored them (:mod:`.stored`).
@@ -39,7 +54,7 @@ def kyma_reconcile_run(kyma_id: int, *, min_spacing: float = 0.0, reason: str = 
         return
     if min_spacing > 0 and found[0] is not None:
         wait = min_spacing - (timezone.now() - found[0]).total_seconds()
-        if wait > 0.005:
+        if wait > 0.005 and not _after_quiet(kyma_id, min_spacing):
             wait = max(wait, hold)
             if queue.rearm(kyma_id, wait, not_before=not_before, changes=changes):
                 raise queue.TooSoon(retry_after=wait)
