@@ -9,6 +9,7 @@ by a worker, with retries. The answer is 200 only once the reconcile or forward 
 from __future__ import annotations
 
 import datetime as dt
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -159,12 +160,19 @@ class Accepted:
         }
 
 
+# Names, namespaces, groups and kinds as Kubernetes spells them (the reconcile puts them in a path).
+K8S_TOKEN = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9.]{0,251}[A-Za-z0-9])?$|^$")
+
+
 def stored_change(event: WatchEvent) -> queue.StoredChange | None:
     """The change the event reported, as the reconcile checks it in the runtime (``None``: the
     event did not say; the reconcile then starts after ``LISTENER_RECONCILE_DELAY``)."""
     change = event.change
-    if change is None:
-        return None
+    if change is None or not all(
+        K8S_TOKEN.match(part)
+        for part in (event.watched.namespace, event.watched.name, event.group, event.kind)
+    ):
+        return None  # not a name the runtime could have stored: nothing to check, keep the delay
     api_version = f"{event.group}/{event.version}" if event.group else event.version
     return queue.StoredChange(
         api_version=api_version,

@@ -94,6 +94,13 @@ class TestChange:
         assert parse_event("v2", "lifecycle-manager", self.BODY + b"}").change is None
         assert self.parse(b"null").change is None
         assert self.parse(b'{"operation": "DELETE", "uid": "u-1"}').change is None
+        odd = parse_event(
+            "v2",
+            "lifecycle-manager",
+            b'{"watched": {"Namespace": "a", "Name": "../../secrets"}, '
+            b'"watchedGvk": {"version": "v1", "kind": "K"}, "change": {"operation": "CREATE"}}',
+        )
+        assert stored_change(odd) is None  # not a Kubernetes name: nothing to read, the delay instead
 
     @pytest.mark.parametrize(
         ("change", "message"),
