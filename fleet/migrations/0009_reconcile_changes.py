@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('controlplane', '0007_resource_version'),
+        ('controlplane', '0008_module_credentials_manifest_policy'),
     ]
 
     operations = [
