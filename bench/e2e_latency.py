@@ -11,11 +11,14 @@ listener receiving the event. Two runs:
   (b) under a background load: --load-rate WatchEvents/s from --load-kymas other runtimes (each a
       reconcile request, coalesced by the listener as usual, run against emulated runtimes);
 
-and the ratio (b)/(a). ``LISTENER_RECONCILE_DELAY`` (0.1 s by default) is part of the figure: a
-validating webhook is called before the API server stores the change, so the listener holds the
-reconcile that long (bursts coalesce meanwhile). Each change waits until its runtime's last
-reconcile is ``RECONCILE_MIN_SPACING`` (1 s) ago: sooner changes are deferred by that policy on
-purpose. Goal: p99 of (a) under 250 ms on loopback.
+and the ratio (b)/(a). A validating webhook is called before the API server stores the change;
+our watcher says which change it saw, so the reconcile starts at once and first reads until the
+change is stored (the wait is part of the figure: the reconcile's ``started_at`` is taken after
+it). The load runtimes send upstream's events (no change named): they keep the fixed
+``LISTENER_RECONCILE_DELAY``. Each change waits until its runtime's last reconcile is
+``RECONCILE_MIN_SPACING`` (1 s) ago, so the spacing budget never applies to what is measured.
+Goals: at rest p50 <= 30 ms and p99 <= 100 ms; under 200 events/s p99 <= 250 ms. The last line
+is ``e2e: rest_p50_ms=X rest_p99_ms=Y load_p99_ms=Z``.
 
     BENCH_DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench \\
     BENCH_BROKER_URL=redis://127.0.0.1:6379/15 python bench/e2e_latency.py [--samples 200]
@@ -290,8 +293,8 @@ def main() -> None:
     print(
         f"database: {database_label()}; broker: {os.environ.get('CELERY_BROKER_URL', 'filesystem')}; "
         f"{args.workers} worker processes; {os.cpu_count()} CPUs\n"
-        f"{args.runtimes} runtimes with a watcher process; listener delay "
-        f"{os.environ.get('LISTENER_RECONCILE_DELAY', '0.1')} s\n"
+        f"{args.runtimes} runtimes with a watcher process (events name their change); listener delay "
+        f"for events without one {os.environ.get('LISTENER_RECONCILE_DELAY', '0.1')} s\n"
     )
     try:
         with EmulatorHost(kubelet=kubelet) as host:
@@ -335,9 +338,16 @@ def run(host: EmulatorHost, args: argparse.Namespace, port: int, directory: Path
     print(f"    background reconciles meanwhile: {background:.1f}/s")
 
     ratio = percentile(loaded["latencies"], 99) / percentile(rest["latencies"], 99)
-    p99 = percentile(rest["latencies"], 99) * 1000
+    rest_p50 = statistics.median(rest["latencies"]) * 1000
+    rest_p99 = percentile(rest["latencies"], 99) * 1000
+    load_p99 = percentile(loaded["latencies"], 99) * 1000
     print(f"\n(b)/(a) p99 = {ratio:.2f}")
-    print(f"p99 at rest under 250 ms: {'yes' if p99 < 250 else 'NO'} ({p99:.1f} ms)")
+    print(
+        f"at rest p50 <= 30 ms: {'yes' if rest_p50 <= 30 else 'NO'}; "
+        f"p99 <= 100 ms: {'yes' if rest_p99 <= 100 else 'NO'}"
+    )
+    print(f"under load p99 <= 250 ms: {'yes' if load_p99 <= 250 else 'NO'}")
+    print(f"e2e: rest_p50_ms={rest_p50:.1f} rest_p99_ms={rest_p99:.1f} load_p99_ms={load_p99:.1f}")
 
 
 if __name__ == "__main__":

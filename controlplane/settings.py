@@ -468,6 +468,10 @@ RECONCILE_ERROR_BACKOFF: list[float] = [
 # A Kyma is reconciled at most once per this many seconds: a runtime that keeps changing cannot
 # crowd the rest of the fleet out of the workers (its events coalesce into the deferred reconcile).
 RECONCILE_MIN_SPACING: float = env.float("RECONCILE_MIN_SPACING", default=1.0)
+# Longest a reconcile waits for the runtime to store the changes its events reported (our watcher
+# says which change it saw): a change another webhook rejected is never stored and ends the wait
+# here. Checked with reads every few milliseconds, so a stored change costs no fixed delay.
+RECONCILE_STORED_WAIT: float = env.float("RECONCILE_STORED_WAIT", default=1.0)
 RECONCILE_SWEEP_INTERVAL: float = env.float("RECONCILE_SWEEP_INTERVAL", default=2)
 RECONCILE_SWEEP_LIMIT: int = env.int("RECONCILE_SWEEP_LIMIT", default=5000)
 MODULE_NOTIFY_TIMEOUT: float = env.float("MODULE_NOTIFY_TIMEOUT", default=5)

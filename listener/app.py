@@ -89,7 +89,7 @@ def accept_event(environ: dict[str, Any], contract: str, component: str) -> dict
     services.route_for(component)  # 404 before looking at the body
     event = parse_event(contract, component, body)
     accepted = services.watch_event_accept(event=event, identity=identity)
-    metrics.event_counter(component, accepted.outcome).inc()
+    metrics.TALLY.event(component, accepted.outcome)
     return accepted.body()
 
 
@@ -161,21 +161,16 @@ def _tidy_connections() -> None:
 
 def application(environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
     started = time.perf_counter()
-    metrics.IN_FLIGHT.inc()
+    metrics.TALLY.begin()
+    status, label = 500, "-"
     try:
         _tidy_connections()
         status, body, headers, label = handle(environ)
+        payload = json.dumps(body, separators=(",", ":")).encode()
+        start_response(
+            f"{status} {HTTPStatus(status).phrase}",
+            [("Content-Type", "application/json"), ("Content-Length", str(len(payload))), *headers],
+        )
     finally:
-        metrics.IN_FLIGHT.dec()
-    payload = json.dumps(body, separators=(",", ":")).encode()
-    start_response(
-        f"{status} {HTTPStatus(status).phrase}",
-        [("Content-Type", "application/json"), ("Content-Length", str(len(payload))), *headers],
-    )
-    metrics.request_counter(label, status).inc()
-    if status != 200:
-        metrics.REQUEST_ERRORS.labels(code=str(status)).inc()
-    elapsed = time.perf_counter() - started
-    metrics.DURATION.observe(elapsed)
-    metrics.LAST_DURATION.set(elapsed)
+        metrics.TALLY.end(label, status, time.perf_counter() - started)
     return [payload]

@@ -4,11 +4,17 @@ Upstream sends ``{"watched": {"Namespace": ..., "Name": ...}, "watchedGvk": {"gr
 "version": ..., "kind": ...}}``; ``watched`` keys are matched case-insensitively. Contract v1
 also carries ``owner``: the KCP Kyma to reconcile. Unknown top-level fields are ignored, as Go's
 ``encoding/json`` does, so newer watchers keep working.
+
+Beyond upstream, our runtime watcher adds ``"change": {"operation": ..., "uid": ...,
+"oldResourceVersion": ...}``: which change it saw, so the reconcile can check that the runtime
+stored it instead of waiting a fixed delay. It is optional (upstream's watcher never sends it);
+when present it must be well formed (400 otherwise).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +22,9 @@ from kernel.documents.nesting import DocumentTooComplex, json_loads
 
 CONTRACTS = ("v1", "v2")
 MAX_BODY = 16 * 1024
+CHANGE_OPERATIONS = ("CREATE", "UPDATE", "DELETE")
+# A uid, a resourceVersion: short opaque tokens (etcd's are digits, uids are UUIDs).
+CHANGE_TOKEN = re.compile(r"^[A-Za-z0-9._:+=/-]{0,128}$")
 
 
 class EventInvalid(ValueError):
@@ -29,6 +38,16 @@ class ObjectKey:
 
 
 @dataclass(frozen=True)
+class Change:
+    """The change the watcher saw: the operation, the object's uid, the resourceVersion the change
+    starts from (UPDATE, DELETE)."""
+
+    operation: str
+    uid: str
+    old_resource_version: str
+
+
+@dataclass(frozen=True)
 class WatchEvent:
     contract: str
     component: str
@@ -37,9 +56,10 @@ class WatchEvent:
     version: str
     kind: str
     owner: ObjectKey | None = None
+    change: Change | None = None
 
     def payload(self) -> dict[str, Any]:
-        """The body as upstream components expect it (for forwarding)."""
+        """The body as upstream components expect it (for forwarding; without ``change``)."""
         body: dict[str, Any] = {
             "watched": {"Namespace": self.watched.namespace, "Name": self.watched.name},
             "watchedGvk": {"group": self.group, "version": self.version, "kind": self.kind},
@@ -49,7 +69,7 @@ class WatchEvent:
         return body
 
 
-def _key(value: Any, field: str, *, name_required: bool) -> ObjectKey:
+def object_key(value: Any, field: str, *, name_required: bool) -> ObjectKey:
     if not isinstance(value, dict):
         raise EventInvalid(f"{field} must be an object with Namespace and Name")
     folded: dict[str, Any] = {}
@@ -65,6 +85,25 @@ def _key(value: Any, field: str, *, name_required: bool) -> ObjectKey:
     if name_required and not folded.get("name"):
         raise EventInvalid(f"{field}.name is required")
     return ObjectKey(folded.get("namespace", ""), folded.get("name", ""))
+
+
+def _change(value: Any) -> Change | None:
+    """The optional ``change``; ``None`` when it cannot be checked (an UPDATE or DELETE without
+    the version it starts from): such an event is handled like upstream's, with the delay."""
+    if not isinstance(value, dict):
+        raise EventInvalid("change must be an object with operation, uid and oldResourceVersion")
+    operation = value.get("operation")
+    if operation not in CHANGE_OPERATIONS:
+        raise EventInvalid(f"change.operation must be one of {', '.join(CHANGE_OPERATIONS)}")
+    tokens = {}
+    for field in ("uid", "oldResourceVersion"):
+        token = value.get(field, "")
+        if not isinstance(token, str) or not CHANGE_TOKEN.match(token):
+            raise EventInvalid(f"change.{field} must be a string of at most 128 letters, digits or ._:+=/-")
+        tokens[field] = token
+    if operation != "CREATE" and not tokens["oldResourceVersion"]:
+        return None
+    return Change(operation, tokens["uid"], tokens["oldResourceVersion"])
 
 
 def parse_body(body: bytes) -> dict[str, Any]:
@@ -88,7 +127,7 @@ def parse_event(contract: str, component: str, body: bytes) -> WatchEvent:
     data = parse_body(body)
     if "watched" not in data:
         raise EventInvalid("watched is required")
-    watched = _key(data["watched"], "watched", name_required=True)
+    watched = object_key(data["watched"], "watched", name_required=True)
     gvk = data.get("watchedGvk")
     if not isinstance(gvk, dict):
         raise EventInvalid("watchedGvk must be an object with group, version and kind")
@@ -101,7 +140,7 @@ def parse_event(contract: str, component: str, body: bytes) -> WatchEvent:
     if contract == "v1":
         if "owner" not in data:
             raise EventInvalid("owner is required in contract v1 (the Kyma to reconcile)")
-        owner = _key(data["owner"], "owner", name_required=True)
+        owner = object_key(data["owner"], "owner", name_required=True)
         if not owner.namespace:
             raise EventInvalid("owner.namespace is required in contract v1")
     return WatchEvent(
@@ -112,4 +151,5 @@ def parse_event(contract: str, component: str, body: bytes) -> WatchEvent:
         version=gvk["version"],
         kind=gvk["kind"],
         owner=owner,
+        change=_change(data["change"]) if data.get("change") is not None else None,
     )

@@ -12,6 +12,7 @@ of defence.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import functools
 import ipaddress
@@ -74,12 +75,21 @@ def identity_from_der(der: bytes) -> ClientIdentity:
 
 
 def direct_identity(environ: dict[str, Any]) -> ClientIdentity:
+    """The verified peer's identity, kept on the connection: a watcher sends many events over one
+    keep-alive connection, and its certificate cannot change within it (TLS 1.3 has no
+    renegotiation), so only the first request reads and parses it."""
     sock = environ.get("gunicorn.socket")
+    known = getattr(sock, "controlplane_identity", None)
+    if known is not None:
+        return known
     getpeercert = getattr(sock, "getpeercert", None)
     der = getpeercert(binary_form=True) if getpeercert else None
     if not der:
         raise IdentityError("no client certificate: connect with mutual TLS", "missing")
-    return identity_from_der(der)
+    identity = identity_from_der(der)
+    with contextlib.suppress(AttributeError):  # a socket type without attributes: no cache
+        sock.controlplane_identity = identity
+    return identity
 
 
 # --- proxy mode ---------------------------------------------------------------------------------

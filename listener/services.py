@@ -9,6 +9,7 @@ by a worker, with retries. The answer is 200 only once the reconcile or forward 
 from __future__ import annotations
 
 import datetime as dt
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -162,6 +163,31 @@ class Accepted:
         }
 
 
+# Names, namespaces, groups and kinds as Kubernetes spells them (the reconcile puts them in a path).
+K8S_TOKEN = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9.]{0,251}[A-Za-z0-9])?$|^$")
+
+
+def stored_change(event: WatchEvent) -> queue.StoredChange | None:
+    """The change the event reported, as the reconcile checks it in the runtime (``None``: the
+    event did not say; the reconcile then starts after ``LISTENER_RECONCILE_DELAY``)."""
+    change = event.change
+    if change is None or not all(
+        K8S_TOKEN.match(part)
+        for part in (event.watched.namespace, event.watched.name, event.group, event.kind)
+    ):
+        return None  # not a name the runtime could have stored: nothing to check, keep the delay
+    api_version = f"{event.group}/{event.version}" if event.group else event.version
+    return queue.StoredChange(
+        api_version=api_version,
+        kind=event.kind,
+        namespace=event.watched.namespace,
+        name=event.watched.name,
+        operation=change.operation,
+        uid=change.uid,
+        old_resource_version=change.old_resource_version,
+    )
+
+
 def watch_event_accept(*, event: WatchEvent, identity: ClientIdentity) -> Accepted:
     """Route an accepted event; raises NotFound (404), Forbidden (403), QueueUnavailable (503)."""
     received_at = timezone.now()  # before the claim: a reconcile covering this event starts later
@@ -169,7 +195,7 @@ def watch_event_accept(*, event: WatchEvent, identity: ClientIdentity) -> Accept
     owner = (event.owner.namespace, event.owner.name) if event.owner else None
     kyma = runtime_for(owner, identity)
     if event.component == settings.LISTENER_RECONCILE_COMPONENT:
-        queued = COVERAGE.request(kyma.id)
+        queued = COVERAGE.request(kyma.id, stored_change(event))
         outcome = EventOutcome.QUEUED if queued else EventOutcome.COALESCED
     else:
         forward_event_publish(route=route, event=event, kyma=kyma, identity=identity)

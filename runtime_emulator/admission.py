@@ -220,9 +220,12 @@ def _compile(config: Mapping[str, Any], mutating: bool) -> list[_Webhook]:
 class Admission:
     """The admission chain of one emulator."""
 
-    __slots__ = ("_calls", "_endpoints", "_hooks", "_store", "_transport")
+    __slots__ = ("_calls", "_endpoints", "_hooks", "_store", "_transport", "store_delay")
 
     def __init__(self, store: Store, endpoints: Endpoints, transport: WebhookTransport) -> None:
+        # Seconds between the validating webhooks' answers and the write being stored: a real API
+        # server stores a change some time after its webhooks saw it (other webhooks, etcd).
+        self.store_delay = 0.0
         self._store = store
         self._endpoints = endpoints
         self._transport = transport
@@ -290,6 +293,8 @@ class Admission:
         for result in results:
             if isinstance(result, BaseException):
                 raise result
+        if matching and self.store_delay > 0 and not request.dry_run:
+            await asyncio.sleep(self.store_delay)
         return obj
 
     def _review(self, request: AdmissionRequest, obj: dict[str, Any] | None) -> dict[str, Any]:

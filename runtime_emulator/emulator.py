@@ -273,6 +273,18 @@ class RuntimeEmulator(UserActions, KubernetesEmulator):
             return discovery.resource_list(self.catalog, parts[1], parts[2])
         raise errors.unknown_resource()
 
+    @property
+    def store_delay(self) -> float:
+        """Seconds between the validating webhooks' answers and a write being stored (0: at once).
+
+        A real API server stores a change some time after its webhooks saw it; with a delay here
+        a WatchEvent reaches the control plane well before the change it reports is stored."""
+        return self.engine.admission.store_delay
+
+    @store_delay.setter
+    def store_delay(self, seconds: float) -> None:
+        self.engine.admission.store_delay = seconds
+
     # -- views for assertions ------------------------------------------------------------------
 
     @property

@@ -142,6 +142,9 @@ class Kyma(NamespacedResourceModel):
     # time before which it must not read the runtime (events that arrived just before it started).
     reconcile_queued_at = models.DateTimeField(null=True, blank=True)
     reconcile_not_before = models.DateTimeField(null=True, blank=True)
+    # The changes (one per line, see fleet.queue.changes) the runtime must have stored before the
+    # queued reconcile reads it: those the events it covers reported.
+    reconcile_changes = models.TextField(blank=True, default="", editable=False)
     lease_owner = models.CharField(max_length=128, blank=True)
     lease_until = models.DateTimeField(null=True, blank=True)
     error_streak = models.PositiveIntegerField(default=0)

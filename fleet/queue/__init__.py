@@ -4,7 +4,10 @@
   mark per Kyma (:mod:`.marks`, Redis or a column) says a task is queued and not started, so
   requests meanwhile publish nothing. A request may ask that the reconcile not read the runtime
   before a time (an event just before the task is due; see ``LISTENER_EVENT_MARGIN``).
-- :func:`started` clears the mark when a task starts and returns that "not before" time;
+- :mod:`.changes`: a change an event reported (:class:`StoredChange`); the mark carries the
+  union of them and the starting task checks that the runtime stored them before it reads.
+- :func:`started` clears the mark when a task starts and returns that "not before" time
+  (:func:`start` returns the changes too);
   :func:`rearm` makes a task that cannot run now (:mod:`.retry`) the one later requests join.
 - :mod:`.lease`: never two reconciles of one Kyma at once.
 - :class:`Coverage`: the listener skips the round trip for events a queued task provably covers.
@@ -13,6 +16,7 @@ Tasks are published by their stable name (``controlplane.kyma_reconcile``): this
 below the task module, the listener, the services, the jobs and beat, which all call it.
 """
 
+from .changes import StoredChange, decode_all
 from .coverage import Coverage
 from .lease import LeaseKeeper, lease_acquire, lease_extend, lease_release, worker_id
 from .marks import flags
@@ -32,6 +36,9 @@ from .requests import (
     reconcile_rearm as rearm,
 )
 from .requests import (
+    reconcile_start as start,
+)
+from .requests import (
     reconcile_started as started,
 )
 from .retry import MAX_HOLD, LeaseBusy, RetryLater, TooSoon, hold_for
@@ -43,7 +50,9 @@ __all__ = [
     "LeaseBusy",
     "LeaseKeeper",
     "RetryLater",
+    "StoredChange",
     "TooSoon",
+    "decode_all",
     "flags",
     "hold_for",
     "lease_acquire",
@@ -53,6 +62,7 @@ __all__ = [
     "rearm",
     "request",
     "request_one",
+    "start",
     "started",
     "worker_id",
 ]

@@ -7,6 +7,7 @@ import time
 from django.conf import settings
 from django.utils import timezone
 
+from .changes import StoredChange
 from .requests import kyma_reconcile_request_one as request_one
 
 
@@ -19,13 +20,20 @@ class Coverage:
     asking, every event that arrives before ``E`` minus the margin. ``LISTENER_CLOCK_SKEW`` is
     taken off for clocks of other hosts (workers, other listeners) that run ahead of ours. An
     event closer to ``E`` asks the queue, which makes the task wait for it.
+
+    An event that says which change it saw (our runtime watcher) needs no delay and no margin:
+    it always asks the queue, which adds the change to the queued task's mark (or queues a task
+    due now), and the task checks that the runtime stored the change before it reads.
     """
 
     def __init__(self) -> None:
         self._until: dict[int, float] = {}
 
-    def request(self, kyma_id: int) -> bool:
+    def request(self, kyma_id: int, change: StoredChange | None = None) -> bool:
         """Ask for a reconcile; True when this event queued a task."""
+        if change is not None:
+            delay = settings.LISTENER_RECONCILE_DELAY
+            return request_one(kyma_id, countdown=0, margin=delay, change=change)[0]
         if time.monotonic() < self._until.get(kyma_id, 0.0):
             return False
         margin = settings.LISTENER_EVENT_MARGIN

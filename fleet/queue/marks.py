@@ -12,6 +12,10 @@ A mark holds two times: the *ETA* of its task (it cannot start earlier: the brok
 then) and *not before*, raised by requests that need the task to start later than its ETA (an
 event that arrives just before the task is due: the runtime stores that change a moment after
 the event). The starting task gets *not before* back and waits until then before reading.
+
+A mark also carries the *changes* the events it covers reported (:mod:`.changes`; our runtime
+watcher sends them): the union of them, so the starting task can check that the runtime stored
+every one before it reads. A change added after the task started goes with the next mark.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import redis
@@ -28,6 +33,18 @@ from django.utils import timezone
 
 from fleet.models import Kyma
 
+from .batching import GroupCommit
+from .changes import MAX_CHANGES
+
+
+@dataclass(frozen=True)
+class Started:
+    """What a starting task learns from the mark it clears: the time before which it must not
+    read the runtime, and the changes (encoded) the runtime must have stored before it reads."""
+
+    not_before: dt.datetime | None = None
+    changes: tuple[str, ...] = ()
+
 
 class ReconcileFlags(Protocol):
     def claim(self, kyma_ids: Sequence[int], now: dt.datetime, eta: dt.datetime) -> list[int]:
@@ -35,19 +52,26 @@ class ReconcileFlags(Protocol):
         caller then publishes)."""
 
     def claim_one(
-        self, kyma_id: int, now: dt.datetime, eta: dt.datetime, need: dt.datetime
+        self,
+        kyma_id: int,
+        now: dt.datetime,
+        eta: dt.datetime,
+        need: dt.datetime | None,
+        changes: Sequence[str] = (),
+        fallback: dt.datetime | None = None,
     ) -> dt.datetime | None:
         """Mark one Kyma in one round trip: ``None`` when this call claimed it (for a task due at
         ``eta``); else the ETA of the task already queued, which from now on does not read before
-        ``need``. An ETA set on another host counts only ``LISTENER_CLOCK_SKEW`` earlier (that
-        host's clock may run ahead)."""
+        ``need`` (``None``: no such time) and checks ``changes`` too. Past ``MAX_CHANGES`` on one
+        mark, further changes ask for ``fallback`` as "not before" instead. An ETA set on another
+        host counts only ``LISTENER_CLOCK_SKEW`` earlier (that host's clock may run ahead)."""
 
     def release(self, kyma_ids: Sequence[int], eta: dt.datetime) -> None:
         """Undo a claim made for ``eta`` (its publish failed)."""
 
-    def started(self, kyma_id: int) -> dt.datetime | None:
+    def started(self, kyma_id: int) -> Started:
         """A task starts: later requests must queue a new one. Returns the time before which the
-        task must not read the runtime, if requests asked for one."""
+        task must not read the runtime, if requests asked for one, and the changes to check."""
 
     def queued(self, kyma_ids: Sequence[int]) -> set[int]:
         """Which of these Kymas are marked now."""
@@ -68,7 +92,9 @@ class DatabaseFlags:
 
     table = Kyma._meta.db_table
 
-    def claim(self, kyma_ids: Sequence[int], now: dt.datetime, eta: dt.datetime) -> list[int]:
+    def claim(
+        self, kyma_ids: Sequence[int], now: dt.datetime, eta: dt.datetime, changes: Sequence[str] = ()
+    ) -> list[int]:
         # First a plain read finds the Kymas whose mark looks free (no lock, no write: the common
         # case in a burst); skipping a marked Kyma is safe because its task has not started yet.
         # Then one conditional UPDATE ... RETURNING decides races between concurrent claimers.
@@ -87,39 +113,61 @@ class DatabaseFlags:
                 return []
             marks = ", ".join(["%s"] * len(candidates))
             cursor.execute(
-                f"UPDATE {self.table} SET reconcile_queued_at = %s, reconcile_not_before = NULL "
-                f"WHERE id IN ({marks}) AND {free} RETURNING id",
-                [adapt(eta), *candidates, stale],
+                f"UPDATE {self.table} SET reconcile_queued_at = %s, reconcile_not_before = NULL, "
+                f"reconcile_changes = %s WHERE id IN ({marks}) AND {free} RETURNING id",
+                [adapt(eta), "\n".join(changes), *candidates, stale],
             )
             return [row[0] for row in cursor.fetchall()]
 
     def claim_one(
-        self, kyma_id: int, now: dt.datetime, eta: dt.datetime, need: dt.datetime
+        self,
+        kyma_id: int,
+        now: dt.datetime,
+        eta: dt.datetime,
+        need: dt.datetime | None,
+        changes: Sequence[str] = (),
+        fallback: dt.datetime | None = None,
     ) -> dt.datetime | None:
         stale = now - _ttl()
-        covered_from = need + _skew()
         # Each lost race means another request or a starting task moved the mark on: look again.
         # (Bounded only against a database that misbehaves; in practice it ends in a few rounds.)
         for _ in range(100):
             found = (
                 Kyma.objects.filter(id=kyma_id)
-                .values_list("reconcile_queued_at", "reconcile_not_before")
+                .values_list("reconcile_queued_at", "reconcile_not_before", "reconcile_changes")
                 .first()
             )
             if found is None:
                 return eta  # no such Kyma: nothing to queue
-            marked, not_before = found
+            marked, not_before, held = found
             if marked is None or marked < stale:
-                if self.claim([kyma_id], now, eta):
+                if self.claim([kyma_id], now, eta, changes):
                     return None
                 continue
-            if marked >= covered_from or (not_before is not None and not_before >= need):
+            known = [line for line in held.split("\n") if line]
+            merged, wanted = list(known), need
+            for change in changes:
+                if change in merged:
+                    continue
+                if len(merged) < MAX_CHANGES:
+                    merged.append(change)
+                elif fallback is not None:
+                    wanted = fallback if wanted is None else max(wanted, fallback)
+            update: dict = {}
+            if merged != known:
+                update["reconcile_changes"] = "\n".join(merged)
+            if wanted is not None and not (
+                marked >= wanted + _skew() or (not_before is not None and not_before >= wanted)
+            ):
+                update["reconcile_not_before"] = wanted
+            if not update:
                 return marked
-            raised = (
-                Kyma.objects.filter(id=kyma_id, reconcile_queued_at=marked)
-                .exclude(reconcile_not_before__gte=need)
-                .update(reconcile_not_before=need)
-            )
+            raised = Kyma.objects.filter(
+                id=kyma_id,
+                reconcile_queued_at=marked,
+                reconcile_not_before=not_before,
+                reconcile_changes=held,
+            ).update(**update)
             if raised:
                 return marked
         raise RuntimeError(f"the reconcile mark of Kyma {kyma_id} keeps changing; giving up")
@@ -127,22 +175,26 @@ class DatabaseFlags:
     def release(self, kyma_ids: Sequence[int], eta: dt.datetime) -> None:
         Kyma.objects.filter(id__in=kyma_ids, reconcile_queued_at=eta).update(reconcile_queued_at=None)
 
-    def started(self, kyma_id: int) -> dt.datetime | None:
-        # RETURNING gives the row as this UPDATE leaves it: "not before" as it was when the mark
-        # went (a claim resets it; a request raises it only while the mark is there).
+    def started(self, kyma_id: int) -> Started:
+        # RETURNING gives the row as this UPDATE leaves it: "not before" and the changes as they
+        # were when the mark went (a claim resets them; a request adds to them only while the
+        # mark is there).
         with connection.cursor() as cursor:
             cursor.execute(
                 f"UPDATE {self.table} SET reconcile_queued_at = NULL WHERE id = %s "
-                "AND reconcile_queued_at IS NOT NULL RETURNING reconcile_not_before",
+                "AND reconcile_queued_at IS NOT NULL RETURNING reconcile_not_before, reconcile_changes",
                 [kyma_id],
             )
             row = cursor.fetchone()
-        if row is None or row[0] is None:
-            return None
-        value = row[0]
+        if row is None:
+            return Started()
+        value, held = row
+        changes = tuple(line for line in (held or "").split("\n") if line)
+        if value is None:
+            return Started(None, changes)
         if isinstance(value, str):  # SQLite hands back the stored text
             value = dt.datetime.fromisoformat(value)
-        return value if timezone.is_aware(value) else timezone.make_aware(value, dt.UTC)
+        return Started(value if timezone.is_aware(value) else timezone.make_aware(value, dt.UTC), changes)
 
     def queued(self, kyma_ids: Sequence[int]) -> set[int]:
         stale = timezone.now() - _ttl()
@@ -154,29 +206,59 @@ class DatabaseFlags:
         return Kyma.objects.filter(reconcile_queued_at__gte=timezone.now() - _ttl()).count()
 
 
-# A mark is "<eta> <not before>" in Unix seconds ("0": none). ARGV: eta, need, ttl, skew, now.
+# A mark is "<eta> <not before>" in Unix seconds ("0": none), then one line per change to check.
+# ARGV: eta, need ("0": none), ttl, skew, now, changes (one per line, "" for none), most changes
+# per mark, need when there are more ("0": none).
 _CLAIM_ONE = """
 local value = redis.call('get', KEYS[1])
 if not value then
-  redis.call('set', KEYS[1], ARGV[1] .. ' 0', 'EX', ARGV[3])
+  local fresh = ARGV[1] .. ' 0'
+  if ARGV[6] ~= '' then fresh = fresh .. '\\n' .. ARGV[6] end
+  redis.call('set', KEYS[1], fresh, 'EX', ARGV[3])
   return false
 end
-local need = tonumber(ARGV[2])
-local space = string.find(value, ' ', 1, true)
-local eta = '0'
-local not_before = 0
-if space then
-  eta = string.sub(value, 1, space - 1)
-  not_before = tonumber(string.sub(value, space + 1)) or 0
+local head, tail = value, ''
+local newline = string.find(value, '\\n', 1, true)
+if newline then
+  head = string.sub(value, 1, newline - 1)
+  tail = string.sub(value, newline)
 end
-if (tonumber(eta) or 0) < need + tonumber(ARGV[4]) and not_before < need then
-  redis.call('set', KEYS[1], eta .. ' ' .. ARGV[2], 'KEEPTTL')
+local need = tonumber(ARGV[2])
+local wanted = ARGV[2]
+local changed = false
+if ARGV[6] ~= '' then
+  local _, count = string.gsub(tail, '\\n', '')
+  for change in string.gmatch(ARGV[6], '[^\\n]+') do
+    if not string.find(tail .. '\\n', '\\n' .. change .. '\\n', 1, true) then
+      if count < tonumber(ARGV[7]) then
+        tail = tail .. '\\n' .. change
+        count = count + 1
+        changed = true
+      elseif tonumber(ARGV[8]) > need then
+        need, wanted = tonumber(ARGV[8]), ARGV[8]
+      end
+    end
+  end
+end
+local space = string.find(head, ' ', 1, true)
+local eta = '0'
+local not_before = '0'
+if space then
+  eta = string.sub(head, 1, space - 1)
+  not_before = string.sub(head, space + 1)
+end
+if need > 0 and (tonumber(eta) or 0) < need + tonumber(ARGV[4]) and (tonumber(not_before) or 0) < need then
+  not_before = wanted
+  changed = true
   -- The mark must outlive the wait it now asks for (else the task would start without it), but
   -- never beyond its own TTL counted from its ETA: a mark whose task was lost still expires.
   local keep = math.floor((need - tonumber(ARGV[5]) + 1) * 1000)
   local limit = math.floor(((tonumber(eta) or 0) + tonumber(ARGV[3]) + 1 - tonumber(ARGV[5])) * 1000)
   if keep > limit then keep = limit end
+  redis.call('set', KEYS[1], eta .. ' ' .. not_before .. tail, 'KEEPTTL')
   if keep > 0 and redis.call('pttl', KEYS[1]) < keep then redis.call('pexpire', KEYS[1], keep) end
+elseif changed then
+  redis.call('set', KEYS[1], eta .. ' ' .. not_before .. tail, 'KEEPTTL')
 end
 return eta
 """
@@ -208,13 +290,32 @@ class RedisFlags:
         self.prefix = prefix
         self._claim_one = self.client.register_script(_CLAIM_ONE)
         self._release = self.client.register_script(_RELEASE)
+        # Concurrent claims (the listener's threads) share one pipelined round trip.
+        self._claims: GroupCommit[list, object] = GroupCommit(self._claim_batch)
+
+    def _claim_batch(self, batch: Sequence[list]) -> list:
+        """Run the claim script once per item in one pipeline (EVALSHA; loaded again if the
+        server lost its scripts). An error answer goes to its own caller only."""
+        answers = self._evalsha_all(batch)
+        if any(isinstance(answer, redis.exceptions.NoScriptError) for answer in answers):
+            self.client.script_load(_CLAIM_ONE)
+            answers = self._evalsha_all(batch)
+        return answers
+
+    def _evalsha_all(self, batch: Sequence[list]) -> list:
+        with self.client.pipeline(transaction=False) as pipe:
+            for args in batch:
+                pipe.evalsha(self._claim_one.sha, 1, *args)
+            return pipe.execute(raise_on_error=False)
 
     def key(self, kyma_id: int) -> str:
         return f"{self.prefix}:reconcile-queued:{kyma_id}"
 
-    def claim(self, kyma_ids: Sequence[int], now: dt.datetime, eta: dt.datetime) -> list[int]:
+    def claim(
+        self, kyma_ids: Sequence[int], now: dt.datetime, eta: dt.datetime, changes: Sequence[str] = ()
+    ) -> list[int]:
         ttl = int(_ttl().total_seconds())
-        value = f"{_stamp(eta)} 0"
+        value = "\n".join([f"{_stamp(eta)} 0", *changes])
         with self.client.pipeline(transaction=False) as pipe:
             for kyma_id in kyma_ids:
                 pipe.set(self.key(kyma_id), value, nx=True, ex=ttl)
@@ -222,17 +323,26 @@ class RedisFlags:
         return [kyma_id for kyma_id, won in zip(kyma_ids, results, strict=True) if won]
 
     def claim_one(
-        self, kyma_id: int, now: dt.datetime, eta: dt.datetime, need: dt.datetime
+        self,
+        kyma_id: int,
+        now: dt.datetime,
+        eta: dt.datetime,
+        need: dt.datetime | None,
+        changes: Sequence[str] = (),
+        fallback: dt.datetime | None = None,
     ) -> dt.datetime | None:
-        found = self._claim_one(
-            keys=[self.key(kyma_id)],
-            args=[
+        found = self._claims.call(
+            [
+                self.key(kyma_id),
                 _stamp(eta),
-                _stamp(need),
+                _stamp(need) if need is not None else "0",
                 int(_ttl().total_seconds()),
                 _skew().total_seconds(),
                 _stamp(now),
-            ],
+                "\n".join(changes),
+                MAX_CHANGES,
+                _stamp(fallback) if fallback is not None else "0",
+            ]
         )
         return None if found is None else _moment(found)
 
@@ -240,12 +350,14 @@ class RedisFlags:
         for kyma_id in kyma_ids:
             self._release(keys=[self.key(kyma_id)], args=[_stamp(eta)])
 
-    def started(self, kyma_id: int) -> dt.datetime | None:
+    def started(self, kyma_id: int) -> Started:
         value = self.client.getdel(self.key(kyma_id))
         if not value:
-            return None
-        _, _, not_before = value.partition(b" ")
-        return _moment(not_before) if not_before and float(not_before) > 0 else None
+            return Started()
+        head, *changes = value.decode().split("\n")
+        _, _, not_before = head.partition(" ")
+        moment = _moment(not_before) if not_before and float(not_before) > 0 else None
+        return Started(moment, tuple(line for line in changes if line))
 
     def queued(self, kyma_ids: Sequence[int]) -> set[int]:
         with self.client.pipeline(transaction=False) as pipe:

@@ -32,7 +32,8 @@ from redis.exceptions import RedisError
 from fleet.models import Kyma
 from kernel.errors import QueueUnavailable
 
-from .marks import flags
+from .changes import StoredChange
+from .marks import Started, flags
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +109,12 @@ def _request(kyma_ids: list[int], reason: str, countdown: float) -> list[int]:
 
 
 def kyma_reconcile_request_one(
-    kyma_id: int, *, countdown: float, margin: float = 0.0, reason: str = "watch-event"
+    kyma_id: int,
+    *,
+    countdown: float,
+    margin: float = 0.0,
+    reason: str = "watch-event",
+    change: StoredChange | None = None,
 ) -> tuple[bool, dt.datetime]:
     """The hot path of one WatchEvent: one round trip when a task is already queued.
 
@@ -116,12 +122,22 @@ def kyma_reconcile_request_one(
     than that ETA, and never reads the runtime earlier than ``margin`` seconds from now: when the
     queued task is due sooner, the mark records that and the task waits. Callers may skip asking
     again for requests that arrive more than ``margin`` before the ETA.
+
+    With ``change`` (the event said which change it saw) there is no margin: the reconcile
+    checks that the runtime stored the change before it reads (:mod:`.changes`), so the task
+    may start at once (give ``countdown=0``). Only when a queued task already carries too many
+    changes does this one fall back to ``margin`` (then the listener's fixed delay).
     """
     now = timezone.now()
     eta = now + dt.timedelta(seconds=countdown)
     store = flags()
+    if change is not None:
+        need, changes = None, [change.encode()]
+        fallback: dt.datetime | None = now + dt.timedelta(seconds=margin)
+    else:
+        need, changes, fallback = now + dt.timedelta(seconds=margin), [], None
     try:
-        marked = store.claim_one(kyma_id, now, eta, now + dt.timedelta(seconds=margin))
+        marked = store.claim_one(kyma_id, now, eta, need, changes, fallback)
     except RedisError as exc:
         raise QueueUnavailable(f"the reconcile queue marks are unavailable: {exc}") from exc
     if marked is not None:
@@ -137,17 +153,31 @@ def kyma_reconcile_request_one(
 def reconcile_started(kyma_id: int) -> dt.datetime | None:
     """A task for this Kyma starts: later requests must queue a new task. Returns the time before
     which it must not read the runtime, when a request asked for one."""
+    return flags().started(kyma_id).not_before
+
+
+def reconcile_start(kyma_id: int) -> Started:
+    """:func:`reconcile_started`, with the changes the runtime must have stored before the task
+    reads it (encoded; :func:`fleet.queue.changes.decode_all`)."""
     return flags().started(kyma_id)
 
 
-def reconcile_rearm(kyma_id: int, retry_after: float = 0.0, *, not_before: dt.datetime | None = None) -> bool:
+def reconcile_rearm(
+    kyma_id: int,
+    retry_after: float = 0.0,
+    *,
+    not_before: dt.datetime | None = None,
+    changes: tuple[str, ...] = (),
+) -> bool:
     """A task cannot run now and retries in ``retry_after`` seconds: requests until then coalesce
-    into it. False when another task for the Kyma is queued already: that one does the work (and
-    learns ``not_before``), so the caller must not retry (retrying anyway would leave two tasks
-    cycling where one is enough)."""
+    into it, and it keeps ``not_before`` and the ``changes`` to check. False when another task
+    for the Kyma is queued already: that one does the work (and learns ``not_before`` and the
+    changes), so the caller must not retry (retrying anyway would leave two tasks cycling where
+    one is enough)."""
     now = timezone.now()
     eta = now + dt.timedelta(seconds=retry_after)
-    return flags().claim_one(kyma_id, now, eta, max(not_before or now, now)) is None
+    need = max(not_before or now, now)
+    return flags().claim_one(kyma_id, now, eta, need, changes, need) is None
 
 
 def reconcile_queued(kyma_ids: Sequence[int]) -> set[int]:

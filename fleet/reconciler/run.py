@@ -13,8 +13,23 @@ from fleet.models import Kyma, ReconcileRecord
 from fleet.reconciler import kyma_reconcile
 from fleet.reconciler.context import LeaseLost
 from fleet.reconciler.drift import count_corrections
+from fleet.reconciler.stored import wait_until_stored
 
 log = logging.getLogger(__name__)
+
+
+def _after_quiet(kyma_id: int, min_spacing: float) -> bool:
+    """Whether the last reconcile came after a quiet period (none in the two spacings before the
+    one before it): then one more runs at once. The spacing is a budget, not a delay: a runtime
+    gets two reconciles per two spacings, so a first change after a periodic reconcile (or after
+    an earlier change long ago) is not held back, while a runtime that keeps changing still gets
+    one reconcile per spacing."""
+    before = list(
+        ReconcileRecord.objects.filter(kyma_id=kyma_id)
+        .order_by("-started_at")
+        .values_list("started_at", flat=True)[1:2]
+    )
+    return not before or (timezone.now() - before[0]).total_seconds() >= 2 * min_spacing
 
 
 def kyma_reconcile_run(kyma_id: int, *, min_spacing: float = 0.0, reason: str = "") -> None:
@@ -25,23 +40,26 @@ def kyma_reconcile_run(kyma_id: int, *, min_spacing: float = 0.0, reason: str = 
     and the outcome's message.
 
     With ``min_spacing``, a Kyma whose last reconcile started less than that many seconds ago is
-    deferred (:class:`TooSoon`): a runtime that keeps changing gets at most one reconcile per
-    spacing, and cannot crowd the rest of the fleet out of the workers. When a request asked the
+    deferred (:class:`TooSoon`), unless that reconcile came after a quiet period: a runtime that
+    keeps changing gets at most one reconcile per spacing (two in a row after a quiet period), and
+    cannot crowd the rest of the fleet out of the workers. When a request asked the
     reconcile not to read the runtime before some time (an event that arrived just before this
-    task was due), it waits until then: at most the listener's margin.
+    task was due), it waits until then: at most the listener's margin. When the events said which
+    changes they saw, it first checks that the runtime stored them (:mod:`.stored`).
 
     Database round trips of a no-op: the lease is taken first and the Kyma read once under it;
     the status write releases the lease in the same UPDATE; the record is inserted without
     looking whether the Kyma still exists (the cleanup says when it deleted the row).
     """
-    not_before = queue.started(kyma_id)
+    start = queue.start(kyma_id)
+    not_before, changes = start.not_before, start.changes
     hold = queue.hold_for(not_before)
     owner = queue.worker_id()
     if not queue.lease_acquire(kyma_id, owner=owner):
         if not Kyma.objects.filter(pk=kyma_id).exists():
             return
         wait = max(0.5, hold)
-        if queue.rearm(kyma_id, wait, not_before=not_before):
+        if queue.rearm(kyma_id, wait, not_before=not_before, changes=changes):
             raise queue.LeaseBusy(retry_after=wait)
         return  # another task is queued: it runs after the current holder
     outcome, kyma, released = None, None, False
@@ -51,14 +69,17 @@ def kyma_reconcile_run(kyma_id: int, *, min_spacing: float = 0.0, reason: str = 
             return
         if min_spacing > 0 and kyma.last_reconcile_at is not None:
             wait = min_spacing - (timezone.now() - kyma.last_reconcile_at).total_seconds()
-            if wait > 0.005:
+            if wait > 0.005 and not _after_quiet(kyma_id, min_spacing):
                 wait = max(wait, hold)
-                if queue.rearm(kyma_id, wait, not_before=not_before):
+                if queue.rearm(kyma_id, wait, not_before=not_before, changes=changes):
                     raise queue.TooSoon(retry_after=wait)
                 return  # another task is queued: it runs after the spacing
         if hold > 0:
             time.sleep(queue.hold_for(not_before))
         started_at, started = timezone.now(), time.perf_counter()
+        if changes:  # the reconcile starts once they are stored
+            wait_until_stored(kyma, queue.decode_all(changes))
+            started_at, started = timezone.now(), time.perf_counter()
         outcome = kyma_reconcile(kyma, heartbeat=queue.LeaseKeeper(kyma_id, owner), lease_owner=owner)
         released = outcome.lease_released
     except LeaseLost as exc:

@@ -63,5 +63,12 @@ def json_loads(data: str | bytes, *, source: str = "document") -> Any:
         value = json.loads(data)
     except RecursionError:
         raise too_deep(source) from None
-    check_nesting(value, source=source)
+    # A text with fewer opening brackets than MAX_DEPTH cannot nest deeper, nor hold more values
+    # than characters: the walk is skipped for small bodies (the listener's WatchEvents).
+    if isinstance(data, bytes):
+        brackets = data.count(b"{") + data.count(b"[")
+    else:
+        brackets = data.count("{") + data.count("[")
+    if brackets >= MAX_DEPTH or len(data) >= MAX_VALUES:
+        check_nesting(value, source=source)
     return value

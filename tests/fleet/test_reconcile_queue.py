@@ -98,8 +98,18 @@ def test_given_lease_busy_when_task_runs_then_it_rearms_the_flag_for_a_retry(tas
     assert queue.request([kyma.pk], reason="coalesces into the retry") == []
 
 
-def test_given_a_kyma_reconciled_moments_ago_when_task_runs_then_it_is_deferred_and_coalesces(task_queue):
-    kyma = KymaFactory(last_reconcile_at=timezone.now() - dt.timedelta(seconds=0.3))
+def reconciled(kyma: Kyma, *seconds_ago: float) -> None:
+    """Reconciles on record, newest first (the newest is the Kyma's last one)."""
+    now = timezone.now()
+    for ago in seconds_ago:
+        started = now - dt.timedelta(seconds=ago)
+        ReconcileRecord.objects.create(kyma_id=kyma.pk, started_at=started, duration_ms=1, state="Ready")
+    Kyma.objects.filter(pk=kyma.pk).update(last_reconcile_at=now - dt.timedelta(seconds=seconds_ago[0]))
+
+
+def test_given_a_kyma_that_keeps_changing_when_task_runs_then_it_is_deferred_and_coalesces(task_queue):
+    kyma = KymaFactory()
+    reconciled(kyma, 0.3, 0.8)
     with pytest.raises(TooSoon) as deferred:
         kyma_reconcile_run(kyma.pk, min_spacing=1.0)
     assert 0.5 < deferred.value.retry_after <= 0.7
@@ -107,6 +117,15 @@ def test_given_a_kyma_reconciled_moments_ago_when_task_runs_then_it_is_deferred_
     task_queue()
     assert queue.request([kyma.pk], reason="coalesces into the retry") == []
     assert not Kyma.objects.exclude(lease_owner="").exists()  # deferred before taking the lease
+
+
+def test_given_a_first_change_after_a_quiet_period_then_the_spacing_does_not_hold_it_back():
+    kyma = KymaFactory()
+    reconciled(kyma, 0.3, 300)  # e.g. a periodic reconcile moments ago, the one before long ago
+    kyma_reconcile_run(kyma.pk, min_spacing=1.0)
+    assert ReconcileRecord.objects.filter(kyma_id=kyma.pk).count() == 3
+    with pytest.raises(TooSoon):  # the next one within the spacing waits: two per two spacings
+        kyma_reconcile_run(kyma.pk, min_spacing=1.0)
 
 
 @pytest.mark.parametrize("last", [None, dt.timedelta(seconds=2)])
@@ -171,7 +190,8 @@ def test_given_a_task_told_to_wait_when_it_runs_then_it_reads_no_earlier(task_qu
 
 
 def test_given_a_deferred_task_then_its_retry_keeps_the_wait(task_queue):
-    kyma = KymaFactory(last_reconcile_at=timezone.now())
+    kyma = KymaFactory()
+    reconciled(kyma, 0, 0.5)
     queue.request_one(kyma.pk, countdown=0, margin=0)
     queue.request_one(kyma.pk, countdown=0, margin=0.5)
     with pytest.raises(TooSoon) as deferred:

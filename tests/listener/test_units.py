@@ -10,9 +10,10 @@ from django.utils import timezone
 
 from fleet import queue
 from listener import identity
-from listener.events import EventInvalid, parse_event
+from listener.events import Change, EventInvalid, parse_event
 from listener.models import WatchEventRecord
 from listener.recorder import EventRecorder
+from listener.services import stored_change
 from tests.factories import KymaFactory
 
 PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
@@ -70,6 +71,49 @@ class TestContract:
                 b'{"watched": {"Name": "b"}, "watchedGvk": {"version": "v1", "kind": "K"}, '
                 b'"owner": {"Name": "k"}}',
             )
+
+
+class TestChange:
+    BODY = (
+        b'{"watched": {"Namespace": "kyma-system", "Name": "default"}, '
+        b'"watchedGvk": {"group": "g", "version": "v1", "kind": "K"}'
+    )
+
+    def parse(self, change: bytes):
+        return parse_event("v2", "lifecycle-manager", self.BODY + b', "change": ' + change + b"}")
+
+    def test_given_our_watchers_change_then_the_reconcile_checks_it_in_the_runtime(self):
+        event = self.parse(b'{"operation": "UPDATE", "uid": "u-1", "oldResourceVersion": "41"}')
+        assert event.change == Change("UPDATE", "u-1", "41")
+        assert stored_change(event) == queue.StoredChange(
+            "g/v1", "K", "kyma-system", "default", "UPDATE", "u-1", "41"
+        )
+        assert "change" not in event.payload()  # forwarded as upstream's shape
+
+    def test_given_upstreams_body_or_a_change_that_cannot_be_checked_then_none(self):
+        assert parse_event("v2", "lifecycle-manager", self.BODY + b"}").change is None
+        assert self.parse(b"null").change is None
+        assert self.parse(b'{"operation": "DELETE", "uid": "u-1"}').change is None
+        odd = parse_event(
+            "v2",
+            "lifecycle-manager",
+            b'{"watched": {"Namespace": "a", "Name": "../../secrets"}, '
+            b'"watchedGvk": {"version": "v1", "kind": "K"}, "change": {"operation": "CREATE"}}',
+        )
+        assert stored_change(odd) is None  # not a Kubernetes name: nothing to read, the delay instead
+
+    @pytest.mark.parametrize(
+        ("change", "message"),
+        [
+            (b'"UPDATE"', "change must be an object"),
+            (b'{"operation": "PATCH"}', "change.operation"),
+            (b'{"operation": "CREATE", "uid": 7}', "change.uid"),
+            (b'{"operation": "UPDATE", "oldResourceVersion": "1\\n2"}', "change.oldResourceVersion"),
+        ],
+    )
+    def test_given_a_malformed_change_then_400_saying_where(self, change, message):
+        with pytest.raises(EventInvalid, match=message):
+            self.parse(change)
 
 
 @pytest.mark.django_db(transaction=True)

@@ -78,6 +78,7 @@ class SendQueue:
         with self._cond:
             entry = self._entries.get(item.key)
             if entry is not None:
+                entry.item = item  # the newest change (an in-flight body was written already)
                 if entry.in_flight:
                     entry.dirty = True
                 return OfferResult.COALESCED

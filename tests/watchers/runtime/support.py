@@ -225,6 +225,13 @@ def event_body(name: str, namespace: str = "kyma-system") -> bytes:
     )
 
 
+def upstream_part(body: bytes) -> bytes:
+    """A body without our trailing ``change`` (which upstream's listener ignores): the bytes
+    upstream's watcher would have sent."""
+    head, found, _ = body.partition(b',"change":')
+    return head + b"}" if found else body
+
+
 # --------------------------------------------------------------------------- metrics
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -17,7 +18,7 @@ from watchers.runtime import (
     detect_change,
     parse_admission_review,
 )
-from watchers.runtime.review import deep_equal
+from watchers.runtime.review import Change, deep_equal
 
 
 def decide(body: bytes):
@@ -54,6 +55,34 @@ def test_watch_event_json_is_byte_identical_to_upstream():
     assert event.to_json() == (
         b'{"watched":{"Namespace":"n","Name":"c"},"watchedGvk":{"group":"","version":"v1","kind":"ConfigMap"}}'
     )
+
+
+def test_the_change_comes_after_upstreams_bytes_which_stay_identical():
+    body = review(
+        "UPDATE",
+        {
+            **kyma("k", spec=SPEC2),
+            "metadata": {"name": "k", "namespace": "n", "uid": "u-1", "resourceVersion": "8"},
+        },
+        {
+            **kyma("k", spec=SPEC),
+            "metadata": {"name": "k", "namespace": "n", "uid": "u-1", "resourceVersion": "7"},
+        },
+    )
+    event = decide(body).event
+    assert event.change == Change("UPDATE", "u-1", "7")  # the stored version the change starts from
+    assert event.to_json() == (
+        b'{"watched":{"Namespace":"n","Name":"k"},'
+        b'"watchedGvk":{"group":"operator.kyma-project.io","version":"v1beta2","kind":"Kyma"},'
+        b'"change":{"operation":"UPDATE","uid":"u-1","oldResourceVersion":"7"}}'
+    )
+
+
+def test_a_created_object_has_no_old_version_and_a_deleted_one_names_its_last():
+    created = {**kyma("k"), "metadata": {"name": "k", "namespace": "n", "uid": "u-2", "resourceVersion": ""}}
+    assert decide(review("CREATE", created)).event.change == Change("CREATE", "u-2", "")
+    gone = {**kyma("k"), "metadata": {"name": "k", "namespace": "n", "uid": "u-2", "resourceVersion": "9"}}
+    assert decide(review("DELETE", None, gone)).event.change == Change("DELETE", "u-2", "9")
 
 
 def test_cluster_scoped_object_has_empty_namespace():
@@ -111,11 +140,12 @@ def test_upstream_scenario_matrix(operation, scenario):
     if expected is None:
         assert decision.send
         assert decision.message == KCP_SUCCEEDED
-        assert decision.event == WatchEvent(
+        assert dataclasses.replace(decision.event, change=None) == WatchEvent(
             "kyma-system",
             "k",
             GroupVersionKind(group="operator.kyma-project.io", version="v1beta2", kind="Kyma"),
         )
+        assert decision.event.change.operation == operation
     else:
         assert not decision.send
         assert decision.message == expected
