@@ -2,7 +2,8 @@
 
 Each pytest-xdist worker gets its own state directory (SQLite file, filesystem broker) and,
 when the broker is Redis, its own Redis database, so parallel workers never see each other's
-tasks. Processes the tests start (gunicorn, Celery) use these settings too.
+tasks (a suite given database N > 0 uses N, N + 1, ...; given 0, it uses 10, 11, ...).
+Processes the tests start (gunicorn, Celery) use these settings too.
 """
 
 import os
@@ -22,7 +23,14 @@ os.environ["CONTROLPLANE_STATE_DIR"] = str(Path(_base_state) / f"test-{_worker}"
 os.environ.setdefault("DJANGO_DEBUG", "1")
 _broker = os.environ.setdefault("CONTROLPLANE_TEST_BROKER_BASE", os.environ.get("CELERY_BROKER_URL", ""))
 if _broker.startswith("redis://"):
-    os.environ["CELERY_BROKER_URL"] = re.sub(r"(/\d+)?$", f"/{10 + _number}", _broker.rstrip("/"), count=1)
+    # Database 0 (or none) given: workers use 10, 11, ... (away from a developer's database 0).
+    # Another database N given: N, N + 1, ..., so two suites on one Redis (given 0 and 4, say)
+    # never take each other's tasks.
+    _given = re.search(r"/(\d+)$", _broker.rstrip("/"))
+    _first = int(_given.group(1)) if _given and int(_given.group(1)) else 10
+    os.environ["CELERY_BROKER_URL"] = re.sub(
+        r"(/\d+)?$", f"/{_first + _number}", _broker.rstrip("/"), count=1
+    )
 
 from controlplane.settings import *
 
