@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 
-from django.db import IntegrityError
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from fleet import queue
@@ -103,17 +103,19 @@ def kyma_reconcile_run(kyma_id: int, *, min_spacing: float = 0.0, reason: str = 
     if outcome.kyma_deleted:
         return
     try:
-        ReconcileRecord.objects.create(
-            kyma_id=kyma_id,
-            started_at=started_at,
-            duration_ms=duration_ms,
-            state=outcome.state,
-            runtime_writes=outcome.runtime_writes,
-            message=outcome.message[:2000],
-            reason=reason[:100],
-            changes=list(outcome.changes),
-            drift_corrected=list(outcome.drift),
-        )
+        # One transaction: whoever sees the record also sees its corrections counted.
+        with transaction.atomic():
+            ReconcileRecord.objects.create(
+                kyma_id=kyma_id,
+                started_at=started_at,
+                duration_ms=duration_ms,
+                state=outcome.state,
+                runtime_writes=outcome.runtime_writes,
+                message=outcome.message[:2000],
+                reason=reason[:100],
+                changes=list(outcome.changes),
+                drift_corrected=list(outcome.drift),
+            )
+            count_corrections([entry["kind"] for entry in outcome.drift])
     except IntegrityError:
         return  # the row was deleted meanwhile (by force): nothing to record it on
-    count_corrections([entry["kind"] for entry in outcome.drift])
