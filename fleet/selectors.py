@@ -71,6 +71,13 @@ def watcher_silent_after() -> dt.timedelta:
     return dt.timedelta(seconds=settings.WATCHER_SILENT_AFTER)
 
 
+def watcher_heard_recently(last_seen: dt.datetime | None, now: dt.datetime) -> bool:
+    """Whether a runtime watcher last heard at ``last_seen`` is alive now: heard within the
+    window. False when the detection is off (``WATCHER_SILENT_AFTER=0``): nothing says so then."""
+    window = watcher_silent_after()
+    return bool(window) and last_seen is not None and now - last_seen <= window
+
+
 def watcher_q(kind: str, now: dt.datetime) -> Q:
     """Kymas whose runtime watcher is ``seen`` (heard within the window), ``silent`` (heard
     before, not since) or ``never`` heard although the Kyma has a kubeconfig. Kymas being

@@ -29,7 +29,12 @@ def kyma_reconcile(self: Task, kyma_id: int, reason: str = "") -> None:
     (``RECONCILE_MIN_SPACING``), and with backoff while the database is unavailable (runtime
     errors are outcomes, rescheduled by state)."""
     try:
-        kyma_reconcile_run(kyma_id, min_spacing=settings.RECONCILE_MIN_SPACING, reason=reason)
+        kyma_reconcile_run(
+            kyma_id,
+            min_spacing=settings.RECONCILE_MIN_SPACING,
+            reason=reason,
+            retried=bool(self.request.retries),
+        )
     except queue.RetryLater as later:
         raise self.retry(countdown=later.retry_after) from None
     except OperationalError as exc:
@@ -41,7 +46,7 @@ def reconcile_due() -> int:
     """Beat's sweep: queue the Kymas whose periodic reconcile is due (queued ones coalesce)."""
     queued = 0
     for batch in selectors.kyma_ids_due(limit=settings.RECONCILE_SWEEP_LIMIT):
-        queued += len(queue.request(batch, reason="periodic"))
+        queued += len(queue.request(batch, reason=queue.PERIODIC_REASON))
     # Every few seconds: worth a line only when it queued something.
     log.log(logging.INFO if queued else logging.DEBUG, "periodic sweep: %d reconcile(s) queued", queued)
     return queued

@@ -21,6 +21,7 @@ from .coverage import Coverage
 from .lease import LeaseKeeper, lease_acquire, lease_extend, lease_release, worker_id
 from .marks import flags
 from .requests import (
+    PERIODIC_REASON,
     RECONCILE_TASK,
 )
 from .requests import (
@@ -45,6 +46,7 @@ from .retry import MAX_HOLD, LeaseBusy, RetryLater, TooSoon, hold_for
 
 __all__ = [
     "MAX_HOLD",
+    "PERIODIC_REASON",
     "RECONCILE_TASK",
     "Coverage",
     "LeaseBusy",

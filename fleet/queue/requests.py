@@ -38,6 +38,9 @@ from .marks import Started, flags
 log = logging.getLogger(__name__)
 
 RECONCILE_TASK = "controlplane.kyma_reconcile"
+# The reason of beat's sweep. A reconcile queued only for it may trust the runtime watcher's events
+# for what they cover (see ``fleet.reconciler.engine``); any other reason reads everything.
+PERIODIC_REASON = "periodic"
 
 
 def _publish(kyma_ids: Sequence[int], countdown: float, reason: str) -> None:

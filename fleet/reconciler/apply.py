@@ -65,15 +65,19 @@ def prefetch(ctx: ReconcileContext, docs: Iterable[dict[str, Any]]) -> None:
             ctx.listed[key] = found.get(key[3])
 
 
+def verified_recently(ctx: ReconcileContext, key: str, digest: str) -> bool:
+    """Whether ``key`` was seen holding ``digest`` less than ``RUNTIME_RECHECK_INTERVAL`` ago
+    (``Kyma.runtime_verified``, shared by all workers)."""
+    seen = ctx.verified.get(key)
+    return bool(
+        seen and seen[0] == digest and ctx.now.timestamp() - seen[1] < settings.RUNTIME_RECHECK_INTERVAL
+    )
+
+
 def needs_check(ctx: ReconcileContext, doc: dict[str, Any]) -> bool:
     """Whether a check that can wait is due: the object was never seen holding this content, or
-    longer than ``RUNTIME_RECHECK_INTERVAL`` ago (``Kyma.runtime_verified``, shared by all workers)."""
-    seen = ctx.verified.get("|".join(key_of(doc)))
-    return not (
-        seen
-        and seen[0] == digest_of(doc)
-        and ctx.now.timestamp() - seen[1] < settings.RUNTIME_RECHECK_INTERVAL
-    )
+    longer than ``RUNTIME_RECHECK_INTERVAL`` ago."""
+    return not verified_recently(ctx, "|".join(key_of(doc)), digest_of(doc))
 
 
 def _verified(ctx: ReconcileContext, doc: dict[str, Any], *, every_time: bool = False) -> None:

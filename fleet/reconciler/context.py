@@ -80,6 +80,10 @@ class ReconcileContext:
     heartbeat: Any = None  # callable extending the lease between steps
     lease_owner: str = ""  # the lease this reconcile holds: the final status write releases it
     remote_kyma: dict[str, Any] | None = None  # the runtime's Kyma as the reconcile left it
+    remote_kyma_unread: bool = False  # not read: known unchanged (its status is mirrored blind)
+    # A periodic reconcile with a live runtime watcher: what the watcher's events cover (the
+    # runtime's Kyma, module CRs) is known unchanged since it was last verified (engine).
+    events_trusted: bool = False
     dropped: set[str] = field(default_factory=set)  # condition types that no longer apply
     recheck_at: dt.datetime | None = None  # reconcile again no later than this
     # What this reconcile changed, for its record and the Kyma's timeline (fleet.models.records).

@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from fleet.k8s.client import Permanent, RuntimeAPIError, Temporary, client_for
 from fleet.models import Kyma
+from fleet.selectors import watcher_heard_recently
 
 from . import deletion, modules, pause, runtime_kyma, sync_resources, watcher_heartbeat, watcher_resources
 from .context import FALSE, TRUE, ReconcileContext
@@ -49,15 +50,31 @@ def _runtime_steps(ctx: ReconcileContext) -> None:
     sync_resources.sync(ctx)
     if changed_configs:
         current_app.send_task(NOTIFY_TASK, args=[changed_configs])
-    ctx.remote_kyma = live
+    ctx.remote_kyma, ctx.remote_kyma_unread = live, live is None
 
 
 def kyma_reconcile(
-    kyma: Kyma, *, heartbeat: object = None, now: dt.datetime | None = None, lease_owner: str = ""
+    kyma: Kyma,
+    *,
+    heartbeat: object = None,
+    now: dt.datetime | None = None,
+    lease_owner: str = "",
+    periodic: bool = False,
 ) -> Outcome:
     """Reconcile one Kyma; the caller holds its lease (``heartbeat`` extends it between steps; with
-    ``lease_owner`` the final status write releases it: see ``Outcome.lease_released``)."""
+    ``lease_owner`` the final status write releases it: see ``Outcome.lease_released``).
+
+    A ``periodic`` reconcile (beat's sweep, no event joined it) of a Kyma whose runtime watcher is
+    alive (heard within ``WATCHER_SILENT_AFTER``) and whose spec was already reconciled trusts the
+    watcher's events: the objects they cover (the runtime's Kyma, module CRs) were reported had
+    they changed, so those verified less than ``RUNTIME_RECHECK_INTERVAL`` ago are not read again
+    (see :mod:`.runtime_kyma`, :mod:`.modules`). Every other reconcile reads them."""
     ctx = ReconcileContext(kyma=kyma, now=now or timezone.now(), heartbeat=heartbeat, lease_owner=lease_owner)
+    ctx.events_trusted = (
+        periodic
+        and kyma.generation == kyma.observed_generation
+        and watcher_heard_recently(kyma.watcher_last_seen_at, ctx.now)
+    )
     if kyma.is_deleting:
         return deletion.run(ctx)
     if kyma.skip_reconciliation:

@@ -6,6 +6,12 @@ missing (and deletes it when the module is removed); either way the CR's spec is
 module's ModuleConfig, whose revision moves only on a real change (and then the module's manager
 is notified). The module's state comes from its manager's report (ModuleConfig status), else from
 the CR's ``status.state``, else it is Processing.
+
+A periodic reconcile that trusts the runtime watcher's events (``ctx.events_trusted``: its
+``module-crs`` webhook reports every change of a module CR's spec) does not read a CR seen in
+place less than ``RUNTIME_RECHECK_INTERVAL`` ago when the module's manager reported its state: the
+ModuleConfig then says all the outcome needs. A state taken from the CR's own status is read every
+time (status changes are not reported).
 """
 
 from __future__ import annotations
@@ -15,8 +21,9 @@ from typing import Any
 from fleet.k8s.client import Gone
 from fleet.models import KymaState, Module, ModuleConfig
 from fleet.services import modules as module_services
+from kernel.documents.hashing import document_hash
 
-from .apply import resource_name
+from .apply import key_of, resource_name, verified_recently
 from .context import FALSE, TRUE, ModuleOutcome, ReconcileContext
 
 MANAGED_BY = {"operator.kyma-project.io/managed-by": "kyma"}
@@ -125,12 +132,26 @@ def _one(
 ) -> ModuleOutcome:
     doc = module_resource(module, ctx.kyma.runtime_id)
     meta = doc["metadata"]
+    key, digest = "|".join(key_of(doc)), document_hash(doc)
+    reported = ((config.status if config else {}) or {}).get("state")
+    if ctx.events_trusted and reported and verified_recently(ctx, key, digest):
+        state, message = _state_of(config, {})
+        return ModuleOutcome(
+            module.name,
+            state,
+            channel,
+            version,
+            message,
+            _tracking(doc),
+            generation=config.source_generation,
+        )
     try:
         live = ctx.client.get(doc["apiVersion"], doc["kind"], meta["name"], meta["namespace"])
         if live is None and entry.get("customResourcePolicy") == "CreateAndDelete":
             live = ctx.client.apply(doc)
             ctx.change("applied", resource=resource_name(doc), action=f"created (module {module.name})")
     except Gone as exc:
+        ctx.verified.pop(key, None)
         return ModuleOutcome(
             module.name,
             KymaState.PROCESSING,
@@ -140,6 +161,7 @@ def _one(
             _tracking(doc),
         )
     if live is None:
+        ctx.verified.pop(key, None)
         return ModuleOutcome(
             module.name,
             KymaState.PROCESSING,
@@ -161,6 +183,7 @@ def _one(
         )
         if was_changed:
             changed.append(config.pk)
+    ctx.verified[key] = [digest, int(ctx.now.timestamp())]
     state, message = _state_of(config, live)
     return ModuleOutcome(
         module.name,
@@ -180,6 +203,8 @@ def owned_resources(ctx: ReconcileContext) -> dict[str, dict[str, Any]]:
 
 def _delete(ctx: ReconcileContext, resource: dict[str, Any]) -> None:
     ctx.client.delete(resource["apiVersion"], resource["kind"], resource["name"], resource.get("namespace"))
+    identity = (resource["apiVersion"], resource["kind"], resource.get("namespace") or "", resource["name"])
+    ctx.verified.pop("|".join(identity), None)
     where = "/".join(part for part in (resource.get("namespace"), resource["name"]) if part)
     ctx.change("removed", resource=f"{resource['kind']} {where}", action="deleted")
 

@@ -32,7 +32,9 @@ def _after_quiet(kyma_id: int, min_spacing: float) -> bool:
     return not before or (timezone.now() - before[0]).total_seconds() >= 2 * min_spacing
 
 
-def kyma_reconcile_run(kyma_id: int, *, min_spacing: float = 0.0, reason: str = "") -> None:
+def kyma_reconcile_run(
+    kyma_id: int, *, min_spacing: float = 0.0, reason: str = "", retried: bool = False
+) -> None:
     """Entry point of the reconcile task; returns quietly when the Kyma is gone.
 
     Each reconcile that ran logs one INFO line: the Kyma, its outcome state, the duration, why it
@@ -46,6 +48,10 @@ def kyma_reconcile_run(kyma_id: int, *, min_spacing: float = 0.0, reason: str = 
     reconcile not to read the runtime before some time (an event that arrived just before this
     task was due), it waits until then: at most the listener's margin. When the events said which
     changes they saw, it first checks that the runtime stored them (:mod:`.stored`).
+
+    It counts as *periodic* (it may trust the runtime watcher's events: :mod:`.engine`) only when
+    beat's sweep queued it (``reason``), it is not a retry (a task deferred to later may cover
+    events that left no trace on its mark) and no event joined it (no changes, no "not before").
 
     Database round trips of a no-op: the lease is taken first and the Kyma read once under it;
     the status write releases the lease in the same UPDATE; the record is inserted without
@@ -80,7 +86,10 @@ def kyma_reconcile_run(kyma_id: int, *, min_spacing: float = 0.0, reason: str = 
         if changes:  # the reconcile starts once they are stored
             wait_until_stored(kyma, queue.decode_all(changes))
             started_at, started = timezone.now(), time.perf_counter()
-        outcome = kyma_reconcile(kyma, heartbeat=queue.LeaseKeeper(kyma_id, owner), lease_owner=owner)
+        periodic = reason == queue.PERIODIC_REASON and not retried and not changes and not_before is None
+        outcome = kyma_reconcile(
+            kyma, heartbeat=queue.LeaseKeeper(kyma_id, owner), lease_owner=owner, periodic=periodic
+        )
         released = outcome.lease_released
     except LeaseLost as exc:
         log.warning("%s; the new holder finishes the work", exc)

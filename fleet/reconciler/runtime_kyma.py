@@ -5,6 +5,12 @@ generation: a change the user made in the runtime (its generation moved since ou
 replaces the control plane's ``spec.modules``/``spec.channel``; a change made in the control plane
 (its generation moved since our last push) is applied to the runtime. If both moved, the runtime
 wins: that is where the user edited. Its status mirrors the control plane's view of the Kyma.
+
+A periodic reconcile that may trust the runtime watcher's events (``ctx.events_trusted``) does
+not read it when nothing is to be pushed and it was seen in place less than
+``RUNTIME_RECHECK_INTERVAL`` ago: the watcher reports every change of it as an event, whose
+reconcile reads it. What the status mirror last left in it is kept as a digest, so the status is
+still written when (and only when) the control plane's view moved.
 """
 
 from __future__ import annotations
@@ -16,10 +22,10 @@ from fleet.models import Kyma
 from fleet.models.kyma import MODULE_DEFAULTS
 from fleet.models.records import describe_change
 from fleet.services import kymas as kyma_services
-from kernel.documents.hashing import stamped
+from kernel.documents.hashing import document_hash, stamped
 from kernel.errors import ValidationFailed
 
-from .apply import apply_if_changed
+from .apply import apply_if_changed, verified_recently
 from .context import ReconcileContext
 from .kyma_crd import CRD_NAME as CRD_NAME
 from .kyma_crd import kyma_crd as _unstamped_crd
@@ -28,6 +34,10 @@ NAMESPACE = "kyma-system"
 NAME = "default"
 API_VERSION = "operator.kyma-project.io/v1beta2"
 LABELS = {"operator.kyma-project.io/watched-by": "kyma", "operator.kyma-project.io/managed-by": "kyma"}
+# Entries of ``Kyma.runtime_verified``: the runtime's Kyma seen with our labels (digest of them),
+# and the status the mirror last found or wrote there (digest of it).
+VERIFIED_KEY = "|".join((API_VERSION, "Kyma", NAMESPACE, NAME))
+MIRRORED_KEY = f"{VERIFIED_KEY}|status"
 
 
 def kyma_crd() -> dict[str, Any]:
@@ -59,8 +69,32 @@ def _spec_of(live: dict[str, Any]) -> tuple[str, list]:
     return spec.get("channel", "regular"), list(spec.get("modules") or [])
 
 
-def sync(ctx: ReconcileContext) -> dict[str, Any]:
-    """Create or reconcile the runtime's Kyma; returns it as it is now in the runtime."""
+def _labels_digest(kyma: Kyma) -> str:
+    return document_hash(desired(kyma)["metadata"]["labels"])
+
+
+def known_unchanged(ctx: ReconcileContext) -> bool:
+    """Whether this reconcile may leave the runtime's Kyma unread: it trusts the watcher's events,
+    the control plane has nothing new to push, and the Kyma was seen with our labels recently."""
+    kyma = ctx.kyma
+    return (
+        ctx.events_trusted
+        and kyma.generation == kyma.pushed_generation
+        and verified_recently(ctx, VERIFIED_KEY, _labels_digest(kyma))
+    )
+
+
+def sync(ctx: ReconcileContext) -> dict[str, Any] | None:
+    """Create or reconcile the runtime's Kyma; returns it as it is now in the runtime (``None``:
+    not read, :func:`known_unchanged`)."""
+    if known_unchanged(ctx):
+        return None
+    live = _sync(ctx)
+    ctx.verified[VERIFIED_KEY] = [_labels_digest(ctx.kyma), int(ctx.now.timestamp())]
+    return live
+
+
+def _sync(ctx: ReconcileContext) -> dict[str, Any]:
     kyma, client = ctx.kyma, ctx.client
     live = client.get(API_VERSION, "Kyma", NAME, NAMESPACE)
     if live is None:
@@ -155,8 +189,17 @@ def _record(kyma: Kyma, live: dict[str, Any], *, pushed: int) -> None:
     )
 
 
-def mirror_status(ctx: ReconcileContext, live: dict[str, Any], status: dict[str, Any]) -> None:
-    """Show the control plane's view in the runtime's Kyma status (written only on change)."""
-    current = live.get("status") or {}
-    if any(current.get(key) != value for key, value in status.items()):
+def mirror_status(ctx: ReconcileContext, live: dict[str, Any] | None, status: dict[str, Any]) -> None:
+    """Show the control plane's view in the runtime's Kyma status (written only on change). When
+    the Kyma was not read (``live`` is ``None``), the digest of what the mirror last found or
+    wrote there stands for its status."""
+    digest = document_hash(status)
+    if live is not None:
+        current = live.get("status") or {}
+        stale = any(current.get(key) != value for key, value in status.items())
+    else:
+        stale = (ctx.verified.get(MIRRORED_KEY) or [None])[0] != digest
+    if stale:
         ctx.client.patch_status(API_VERSION, "Kyma", NAME, NAMESPACE, status)
+    if (ctx.verified.get(MIRRORED_KEY) or [None])[0] != digest:
+        ctx.verified[MIRRORED_KEY] = [digest, int(ctx.now.timestamp())]

@@ -84,7 +84,7 @@ def finish(ctx: ReconcileContext) -> Outcome:
     reached = bool(ctx.modules) or not ctx.fatal
     module_status = [m.status() for m in ctx.modules] if reached else kyma.module_status
     owned = modules.owned_resources(ctx) if reached else kyma.owned_module_resources
-    if ctx.remote_kyma is not None:
+    if ctx.remote_kyma is not None or ctx.remote_kyma_unread:
         try:
             runtime_kyma.mirror_status(ctx, ctx.remote_kyma, _status_for_runtime(state, ctx))
         except RuntimeAPIError as exc:

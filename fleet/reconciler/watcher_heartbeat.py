@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from fleet.selectors import watcher_silent_after
+from fleet.selectors import watcher_heard_recently, watcher_silent_after
 from kernel.timefmt import parse_rfc3339, rfc3339
 
 from .context import FALSE, TRUE, ReconcileContext
@@ -28,7 +28,7 @@ def evaluate(ctx: ReconcileContext) -> None:
         ctx.drop_condition(CONDITION)
         return
     seen = ctx.kyma.watcher_last_seen_at
-    if seen is not None and ctx.now - seen <= window:
+    if watcher_heard_recently(seen, ctx.now):
         ctx.condition(CONDITION, TRUE, "Heartbeat", "the runtime watcher reports to the control plane")
         return
     webhook = ctx.conditions.get("SKRWebhook")
