@@ -157,6 +157,9 @@ def queries_per_noop(kyma_id: int) -> tuple[int, int]:
     kyma_reconcile_run(kyma_id, reason=queue.PERIODIC_REASON)
     with CaptureQueriesContext(connection) as captured:
         kyma_reconcile_run(kyma_id, reason=queue.PERIODIC_REASON)
+    if os.environ.get("BENCH_SHOW_SQL"):
+        for number, query in enumerate(captured.captured_queries, 1):
+            print(f"  SQL {number}: {query['sql'][:300]}")
     record = ReconcileRecord.objects.filter(kyma_id=kyma_id).order_by("-pk").first()
     return len(captured), record.runtime_writes
 

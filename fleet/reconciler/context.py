@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleet.k8s.client import RuntimeClient
-from fleet.models import Kyma, KymaState
+from fleet.models import Kyma, KymaState, Module
 from fleet.models.records import CHANGES_KEPT
 from kernel.timefmt import rfc3339
 
@@ -91,12 +91,25 @@ class ReconcileContext:
     drift: list[dict[str, str]] = field(default_factory=list)  # objects corrected: kind, namespace, name
     listed: dict[tuple[str, str, str, str], dict[str, Any] | None] = field(default_factory=dict)
     verified: dict[str, list] = field(default_factory=dict)  # Kyma.runtime_verified, as it becomes
+    _catalog: dict[str, Module] | None = None
 
     def __post_init__(self) -> None:
         # Only valid for the cluster it was seen in: another kubeconfig starts from nothing.
         cluster = self.kyma.kubeconfig.digest()[:16] if self.kyma.kubeconfig else ""
         stored = self.kyma.runtime_verified or {}
         self.verified = dict(stored) if stored.get(KUBECONFIG_KEY) == cluster else {KUBECONFIG_KEY: cluster}
+
+    def catalog(self) -> dict[str, Module]:
+        """The module catalog by name, read once per reconcile (tens of rows): the watcher's
+        module-CR webhook and the module step both use it, so it costs one query, not two."""
+        if self._catalog is None:
+            self._catalog = {module.name: module for module in Module.objects.all()}
+        return self._catalog
+
+    def module_cr_kinds(self) -> list[tuple[str, str, str]]:
+        """``(group, version, plural)`` of every module CR kind in the catalog, sorted."""
+        found = {(m.cr_group, m.cr_version, m.cr_plural) for m in self.catalog().values() if m.cr_plural}
+        return sorted(found)
 
     def condition(self, type_: str, status: str, reason: str, message: str = "") -> None:
         self.conditions[type_] = (status, reason, message)

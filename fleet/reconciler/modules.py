@@ -74,7 +74,7 @@ def sync(ctx: ReconcileContext) -> list[int]:
     """Reconcile every module of the Kyma; returns ids of ModuleConfigs that changed."""
     kyma = ctx.kyma
     entries = kyma.module_entries()
-    catalog = {m.name: m for m in Module.objects.filter(name__in=[e["name"] for e in entries])}
+    catalog = ctx.catalog()
     configs = {c.module_id: c for c in ModuleConfig.objects.filter(kyma=kyma).select_related("module")}
     changed: list[int] = []
     missing = []

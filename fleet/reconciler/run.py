@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 
@@ -111,9 +112,10 @@ def kyma_reconcile_run(
     )
     if outcome.kyma_deleted:
         return
+    # With corrections, one transaction: whoever sees the record also sees them counted. (A
+    # no-op has none: its record is one INSERT, no BEGIN/COMMIT round trips.)
     try:
-        # One transaction: whoever sees the record also sees its corrections counted.
-        with transaction.atomic():
+        with transaction.atomic() if outcome.drift else contextlib.nullcontext():
             ReconcileRecord.objects.create(
                 kyma_id=kyma_id,
                 started_at=started_at,

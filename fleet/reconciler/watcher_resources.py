@@ -44,7 +44,7 @@ def sync(ctx: ReconcileContext, watchers: list[Watcher]) -> None:
         return
     tls = pki.runtime_secret_data(certificate, now=ctx.now)
     try:
-        docs = runtime_watcher_resources(watchers=watchers, tls=tls)
+        docs = runtime_watcher_resources(watchers=watchers, tls=tls, module_kinds=ctx.module_cr_kinds())
     except DockerConfigError as exc:
         message = f"WATCHER_IMAGE_PULL_SECRET_FILE: {exc}"
         ctx.condition("SKRWebhook", FALSE, "ImagePullSecretError", message)
