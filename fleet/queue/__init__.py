@@ -19,7 +19,7 @@ below the task module, the listener, the services, the jobs and beat, which all 
 from .changes import StoredChange, decode_all
 from .coverage import Coverage
 from .lease import LeaseKeeper, lease_acquire, lease_extend, lease_release, worker_id
-from .marks import flags
+from .marks import Started, flags
 from .requests import (
     RECONCILE_TASK,
 )
@@ -36,6 +36,9 @@ from .requests import (
     reconcile_rearm as rearm,
 )
 from .requests import (
+    reconcile_spaced as spaced,
+)
+from .requests import (
     reconcile_start as start,
 )
 from .requests import (
@@ -50,6 +53,7 @@ __all__ = [
     "LeaseBusy",
     "LeaseKeeper",
     "RetryLater",
+    "Started",
     "StoredChange",
     "TooSoon",
     "decode_all",
@@ -62,6 +66,7 @@ __all__ = [
     "rearm",
     "request",
     "request_one",
+    "spaced",
     "start",
     "started",
     "worker_id",

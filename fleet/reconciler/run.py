@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import time
 
@@ -32,7 +33,23 @@ def _after_quiet(kyma_id: int, min_spacing: float) -> bool:
     return not before or (timezone.now() - before[0]).total_seconds() >= 2 * min_spacing
 
 
-def kyma_reconcile_run(kyma_id: int, *, min_spacing: float = 0.0, reason: str = "") -> None:
+# The hint ends a moment after the spacing the task checks (that counts from the reconcile's own
+# clock reading, taken a little after this one): a task due at the hint then never finds it too soon.
+_SPACING_SLACK = 0.05
+
+
+def _space_next(kyma: Kyma, min_spacing: float) -> None:
+    """This reconcile runs: unless it came after a quiet period (then the next one may run at
+    once, see :func:`_after_quiet`), tell the queue the next one waits for the spacing."""
+    now = timezone.now()
+    last = kyma.last_reconcile_at
+    if last is not None and (now - last).total_seconds() < 2 * min_spacing:
+        queue.spaced(kyma.pk, now + dt.timedelta(seconds=min_spacing + _SPACING_SLACK))
+
+
+def kyma_reconcile_run(
+    kyma_id: int, *, min_spacing: float = 0.0, reason: str = "", urgent: bool = False, marked: bool = True
+) -> None:
     """Entry point of the reconcile task; returns quietly when the Kyma is gone.
 
     Each reconcile that ran logs one INFO line: the Kyma, its outcome state, the duration, why it
@@ -42,16 +59,19 @@ def kyma_reconcile_run(kyma_id: int, *, min_spacing: float = 0.0, reason: str = 
     With ``min_spacing``, a Kyma whose last reconcile started less than that many seconds ago is
     deferred (:class:`TooSoon`), unless that reconcile came after a quiet period: a runtime that
     keeps changing gets at most one reconcile per spacing (two in a row after a quiet period), and
-    cannot crowd the rest of the fleet out of the workers. When a request asked the
-    reconcile not to read the runtime before some time (an event that arrived just before this
-    task was due), it waits until then: at most the listener's margin. When the events said which
-    changes they saw, it first checks that the runtime stored them (:mod:`.stored`).
+    cannot crowd the rest of the fleet out of the workers. An ``urgent`` reconcile (requested by
+    the control plane: a user's edit, a manager's SyncResource) is not spaced; one that is not
+    ``marked`` leaves the queue mark to the task that holds it (:mod:`fleet.queue.requests`).
+    When a request asked the reconcile not to read the runtime before some time (an event that
+    arrived just before this task was due), it waits until then: at most the listener's margin.
+    When the events said which changes they saw, it first checks that the runtime stored them
+    (:mod:`.stored`).
 
     Database round trips of a no-op: the lease is taken first and the Kyma read once under it;
     the status write releases the lease in the same UPDATE; the record is inserted without
     looking whether the Kyma still exists (the cleanup says when it deleted the row).
     """
-    start = queue.start(kyma_id)
+    start = queue.start(kyma_id) if marked else queue.Started()
     not_before, changes = start.not_before, start.changes
     hold = queue.hold_for(not_before)
     owner = queue.worker_id()
@@ -59,21 +79,27 @@ def kyma_reconcile_run(kyma_id: int, *, min_spacing: float = 0.0, reason: str = 
         if not Kyma.objects.filter(pk=kyma_id).exists():
             return
         wait = max(0.5, hold)
-        if queue.rearm(kyma_id, wait, not_before=not_before, changes=changes):
-            raise queue.LeaseBusy(retry_after=wait)
+        retry = queue.rearm(kyma_id, wait, not_before=not_before, changes=changes) if marked else None
+        if retry is not None:
+            raise queue.LeaseBusy(retry_after=retry)
+        if urgent:  # it retries even so, holding no mark: the queued task may be spaced
+            raise queue.LeaseBusy(retry_after=wait, marked=False)
         return  # another task is queued: it runs after the current holder
     outcome, kyma, released = None, None, False
     try:
         kyma = Kyma.objects.filter(pk=kyma_id).first()
         if kyma is None:
             return
-        if min_spacing > 0 and kyma.last_reconcile_at is not None:
+        if min_spacing > 0 and not urgent and kyma.last_reconcile_at is not None:
             wait = min_spacing - (timezone.now() - kyma.last_reconcile_at).total_seconds()
             if wait > 0.005 and not _after_quiet(kyma_id, min_spacing):
                 wait = max(wait, hold)
-                if queue.rearm(kyma_id, wait, not_before=not_before, changes=changes):
-                    raise queue.TooSoon(retry_after=wait)
+                retry = queue.rearm(kyma_id, wait, not_before=not_before, changes=changes)
+                if retry is not None:
+                    raise queue.TooSoon(retry_after=retry)
                 return  # another task is queued: it runs after the spacing
+        if min_spacing > 0:
+            _space_next(kyma, min_spacing)
         if hold > 0:
             time.sleep(queue.hold_for(not_before))
         started_at, started = timezone.now(), time.perf_counter()
