@@ -30,6 +30,7 @@ from typing import Protocol
 import redis
 from django.conf import settings
 from django.db import connection
+from django.db.models import Q
 from django.utils import timezone
 
 from fleet.models import Kyma
@@ -68,11 +69,12 @@ class ReconcileFlags(Protocol):
         ask for ``fallback`` as "not before" instead. An ETA set on another host counts only
         ``LISTENER_CLOCK_SKEW`` earlier (that host's clock may run ahead)."""
 
-    def space(self, kyma_id: int, until: dt.datetime) -> None:
+    def space(self, kyma_id: int, until: dt.datetime | None, *, if_free: bool = False) -> bool:
         """A reconcile starts and the next one must wait for ``RECONCILE_MIN_SPACING``: a claim
         until then is for a task due then, published with that countdown at once (the task
         would otherwise start, find it is too soon and retry). Only a hint: the task checks the
-        spacing itself."""
+        spacing itself. ``None`` clears it; ``if_free`` sets it only when none holds now.
+        Returns whether it was set."""
 
     def release(self, kyma_ids: Sequence[int], eta: dt.datetime) -> None:
         """Undo a claim made for ``eta`` (its publish failed)."""
@@ -186,8 +188,13 @@ class DatabaseFlags:
                 return False, marked
         raise RuntimeError(f"the reconcile mark of Kyma {kyma_id} keeps changing; giving up")
 
-    def space(self, kyma_id: int, until: dt.datetime) -> None:
-        Kyma.objects.filter(id=kyma_id).update(reconcile_spaced_until=until)
+    def space(self, kyma_id: int, until: dt.datetime | None, *, if_free: bool = False) -> bool:
+        rows = Kyma.objects.filter(id=kyma_id)
+        if if_free:
+            rows = rows.filter(
+                Q(reconcile_spaced_until__isnull=True) | Q(reconcile_spaced_until__lt=timezone.now())
+            )
+        return bool(rows.update(reconcile_spaced_until=until))
 
     def release(self, kyma_ids: Sequence[int], eta: dt.datetime) -> None:
         Kyma.objects.filter(id__in=kyma_ids, reconcile_queued_at=eta).update(reconcile_queued_at=None)
@@ -371,10 +378,13 @@ class RedisFlags:
         )
         return bool(claimed), _moment(found)
 
-    def space(self, kyma_id: int, until: dt.datetime) -> None:
+    def space(self, kyma_id: int, until: dt.datetime | None, *, if_free: bool = False) -> bool:
+        if until is None:
+            return bool(self.client.delete(self.spaced_key(kyma_id)))
         keep = math.ceil((until - timezone.now()).total_seconds() * 1000)
-        if keep > 0:
-            self.client.set(self.spaced_key(kyma_id), _stamp(until), px=keep)
+        return keep > 0 and bool(
+            self.client.set(self.spaced_key(kyma_id), _stamp(until), px=keep, nx=if_free)
+        )
 
     def release(self, kyma_ids: Sequence[int], eta: dt.datetime) -> None:
         for kyma_id in kyma_ids:

@@ -209,12 +209,16 @@ def reconcile_rearm(
     return max(retry_after, (eta - now).total_seconds()) if claimed else None
 
 
-def reconcile_spaced(kyma_id: int, until: dt.datetime) -> None:
-    """A reconcile starts and the next one for this Kyma must wait until ``until``: requests
-    meanwhile publish their task with that countdown at once, instead of a task that starts,
-    finds it too soon and retries (a hint; the task still checks)."""
-    with contextlib.suppress(RedisError, DatabaseError):  # a hint: the task's own check still holds
-        flags().space(kyma_id, until)
+def reconcile_spaced(kyma_id: int, until: dt.datetime | None, *, if_free: bool = False) -> bool:
+    """Until when the next reconcile of this Kyma waits for the spacing (``None``: it need not):
+    requests meanwhile publish their task with that countdown at once, instead of a task that
+    starts, finds it too soon and retries (a hint; the task still checks). ``if_free``: only
+    when no such time holds now (a provisional one, set as a task starts, in the same moment
+    its mark goes). Returns whether it was set."""
+    try:
+        return flags().space(kyma_id, until, if_free=if_free)
+    except (RedisError, DatabaseError):  # a hint: the task's own check still holds
+        return False
 
 
 def reconcile_queued(kyma_ids: Sequence[int]) -> set[int]:

@@ -38,13 +38,25 @@ def _after_quiet(kyma_id: int, min_spacing: float) -> bool:
 _SPACING_SLACK = 0.05
 
 
-def _space_next(kyma: Kyma, min_spacing: float) -> None:
+def _space_provisionally(kyma_id: int, min_spacing: float) -> bool:
+    """As the task starts (its mark just went), tell the queue the next reconcile waits for the
+    spacing, unless it knows a time already: a runtime that keeps changing sends its next event
+    at once, and its task must not be due before this one decided. Whether it was set."""
+    if min_spacing <= 0:
+        return False
+    until = timezone.now() + dt.timedelta(seconds=min_spacing + _SPACING_SLACK)
+    return queue.spaced(kyma_id, until, if_free=True)
+
+
+def _space_next(kyma: Kyma, min_spacing: float, provisional: bool) -> None:
     """This reconcile runs: unless it came after a quiet period (then the next one may run at
     once, see :func:`_after_quiet`), tell the queue the next one waits for the spacing."""
     now = timezone.now()
     last = kyma.last_reconcile_at
     if last is not None and (now - last).total_seconds() < 2 * min_spacing:
         queue.spaced(kyma.pk, now + dt.timedelta(seconds=min_spacing + _SPACING_SLACK))
+    elif provisional:
+        queue.spaced(kyma.pk, None)
 
 
 def kyma_reconcile_run(
@@ -73,9 +85,12 @@ def kyma_reconcile_run(
     """
     start = queue.start(kyma_id) if marked else queue.Started()
     not_before, changes = start.not_before, start.changes
+    provisional = _space_provisionally(kyma_id, min_spacing)
     hold = queue.hold_for(not_before)
     owner = queue.worker_id()
     if not queue.lease_acquire(kyma_id, owner=owner):
+        if provisional:  # the holder decides (it set its own time, or had none to set)
+            queue.spaced(kyma_id, None)
         if not Kyma.objects.filter(pk=kyma_id).exists():
             return
         wait = max(0.5, hold)
@@ -94,12 +109,15 @@ def kyma_reconcile_run(
             wait = min_spacing - (timezone.now() - kyma.last_reconcile_at).total_seconds()
             if wait > 0.005 and not _after_quiet(kyma_id, min_spacing):
                 wait = max(wait, hold)
+                if provisional:  # the reconcile before this one spaces the next: no later
+                    queue.spaced(kyma_id, None)
                 retry = queue.rearm(kyma_id, wait, not_before=not_before, changes=changes)
                 if retry is not None:
+                    log.info("%s/%s deferred: reconciled moments ago", kyma.namespace, kyma.name)
                     raise queue.TooSoon(retry_after=retry)
                 return  # another task is queued: it runs after the spacing
         if min_spacing > 0:
-            _space_next(kyma, min_spacing)
+            _space_next(kyma, min_spacing, provisional)
         if hold > 0:
             time.sleep(queue.hold_for(not_before))
         started_at, started = timezone.now(), time.perf_counter()
