@@ -33,6 +33,26 @@ def _after_quiet(kyma_id: int, min_spacing: float) -> bool:
     return not before or (timezone.now() - before[0]).total_seconds() >= 2 * min_spacing
 
 
+def _spaced_wait(kyma_id: int, min_spacing: float, wait: float) -> float:
+    """How long a runtime's request waits: the rest of the spacing, unless the last reconcile
+    came after a quiet period."""
+    return 0.0 if _after_quiet(kyma_id, min_spacing) else wait
+
+
+def _urgent_wait(kyma_id: int, min_spacing: float) -> float:
+    """How long a control-plane request waits: it may be the second reconcile within a spacing
+    (the one that follows a runtime's change, e.g. a module manager's answer to it), not the
+    third. So a change made in the control plane is not held back by the reconcile before it,
+    while runtime events whose reconciles make the control plane write (a manager answering
+    each) still give at most two reconciles per spacing."""
+    before = list(
+        ReconcileRecord.objects.filter(kyma_id=kyma_id)
+        .order_by("-started_at")
+        .values_list("started_at", flat=True)[1:2]
+    )
+    return min_spacing - (timezone.now() - before[0]).total_seconds() if before else 0.0
+
+
 # The hint ends a moment after the spacing the task checks (that counts from the reconcile's own
 # clock reading, taken a little after this one): a task due at the hint then never finds it too soon.
 _SPACING_SLACK = 0.05
@@ -72,8 +92,9 @@ def kyma_reconcile_run(
     deferred (:class:`TooSoon`), unless that reconcile came after a quiet period: a runtime that
     keeps changing gets at most one reconcile per spacing (two in a row after a quiet period), and
     cannot crowd the rest of the fleet out of the workers. An ``urgent`` reconcile (requested by
-    the control plane: a user's edit, a manager's SyncResource) is not spaced; one that is not
-    ``marked`` leaves the queue mark to the task that holds it (:mod:`fleet.queue.requests`).
+    the control plane: a user's edit, a manager's SyncResource) may be the second within a
+    spacing (:func:`_urgent_wait`); one that is not ``marked`` leaves the queue mark to the task
+    that holds it (:mod:`fleet.queue.requests`).
     When a request asked the reconcile not to read the runtime before some time (an event that
     arrived just before this task was due), it waits until then: at most the listener's margin.
     When the events said which changes they saw, it first checks that the runtime stored them
@@ -105,9 +126,13 @@ def kyma_reconcile_run(
         kyma = Kyma.objects.filter(pk=kyma_id).first()
         if kyma is None:
             return
-        if min_spacing > 0 and not urgent and kyma.last_reconcile_at is not None:
+        if min_spacing > 0 and kyma.last_reconcile_at is not None:
             wait = min_spacing - (timezone.now() - kyma.last_reconcile_at).total_seconds()
-            if wait > 0.005 and not _after_quiet(kyma_id, min_spacing):
+            if wait > 0.005:
+                wait = (
+                    _urgent_wait(kyma_id, min_spacing) if urgent else _spaced_wait(kyma_id, min_spacing, wait)
+                )
+            if wait > 0.005:
                 wait = max(wait, hold)
                 if provisional:  # the reconcile before this one spaces the next: no later
                     queue.spaced(kyma_id, None)

@@ -253,7 +253,7 @@ def test_given_a_runtime_task_queued_when_the_control_plane_asks_then_an_unmarke
 def test_given_a_sync_resource_written_right_after_a_reconcile_then_its_reconcile_is_not_spaced(task_queue):
     resource = SyncResourceFactory()
     kyma = resource.kyma
-    reconciled(kyma, 0.1, 0.5)  # a runtime that keeps changing: a runtime event would wait
+    reconciled(kyma, 0.1, 1.5)  # a runtime that keeps changing: a runtime event would wait
     task_queue()
     resource.manifests = resource.manifests + "\n# edited\n"
     assert syncresource_save(resource)
@@ -264,6 +264,8 @@ def test_given_a_sync_resource_written_right_after_a_reconcile_then_its_reconcil
     assert newest.reason == f"sync resource {resource.name} changed"
     with pytest.raises(TooSoon):  # the runtime's next event still waits for the spacing
         kyma_reconcile_run(kyma.pk, min_spacing=1.0, reason="watch-event")
+    with pytest.raises(TooSoon):  # and so does a third within the spacing, even the control plane's
+        kyma_reconcile_run(kyma.pk, min_spacing=1.0, reason="module status reported", urgent=True)
 
 
 def test_given_an_urgent_task_whose_mark_another_holds_when_the_lease_is_busy_then_it_retries_unmarked(
