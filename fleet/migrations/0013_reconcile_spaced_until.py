@@ -15,4 +15,9 @@ class Migration(migrations.Migration):
             name='reconcile_spaced_until',
             field=models.DateTimeField(blank=True, editable=False, null=True),
         ),
+        migrations.AddField(
+            model_name='kyma',
+            name='reconcile_urgent_at',
+            field=models.DateTimeField(blank=True, editable=False, null=True),
+        ),
     ]

@@ -147,6 +147,8 @@ class Kyma(NamespacedResourceModel):
     reconcile_changes = models.TextField(blank=True, default="", editable=False)
     # Until when the next reconcile waits for RECONCILE_MIN_SPACING (a hint for the mark's ETA).
     reconcile_spaced_until = models.DateTimeField(null=True, blank=True, editable=False)
+    # The mark "an urgent (control-plane) reconcile task is queued beside the one above".
+    reconcile_urgent_at = models.DateTimeField(null=True, blank=True, editable=False)
     lease_owner = models.CharField(max_length=128, blank=True)
     lease_until = models.DateTimeField(null=True, blank=True)
     error_streak = models.PositiveIntegerField(default=0)

@@ -36,10 +36,16 @@ from .requests import (
     reconcile_rearm as rearm,
 )
 from .requests import (
+    reconcile_rearm_urgent as rearm_urgent,
+)
+from .requests import (
     reconcile_spaced as spaced,
 )
 from .requests import (
     reconcile_start as start,
+)
+from .requests import (
+    reconcile_start_urgent as start_urgent,
 )
 from .requests import (
     reconcile_started as started,
@@ -64,10 +70,12 @@ __all__ = [
     "lease_release",
     "queued",
     "rearm",
+    "rearm_urgent",
     "request",
     "request_one",
     "spaced",
     "start",
+    "start_urgent",
     "started",
     "worker_id",
 ]

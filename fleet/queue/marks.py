@@ -79,6 +79,13 @@ class ReconcileFlags(Protocol):
     def release(self, kyma_ids: Sequence[int], eta: dt.datetime) -> None:
         """Undo a claim made for ``eta`` (its publish failed)."""
 
+    def claim_urgent(self, kyma_ids: Sequence[int], now: dt.datetime) -> list[int]:
+        """The second mark: an urgent task is queued beside the one the first mark says (which
+        may be spaced). Marks the Kymas without it; returns those. Same TTL."""
+
+    def started_urgent(self, kyma_id: int) -> None:
+        """An urgent task starts: later urgent requests must queue a new one."""
+
     def started(self, kyma_id: int) -> Started:
         """A task starts: later requests must queue a new one. Returns the time before which the
         task must not read the runtime, if requests asked for one, and the changes to check."""
@@ -187,6 +194,17 @@ class DatabaseFlags:
             if raised:
                 return False, marked
         raise RuntimeError(f"the reconcile mark of Kyma {kyma_id} keeps changing; giving up")
+
+    def claim_urgent(self, kyma_ids: Sequence[int], now: dt.datetime) -> list[int]:
+        claimed = []
+        for kyma_id in kyma_ids:
+            free = Q(reconcile_urgent_at__isnull=True) | Q(reconcile_urgent_at__lt=now - _ttl())
+            if Kyma.objects.filter(free, id=kyma_id).update(reconcile_urgent_at=now):
+                claimed.append(kyma_id)
+        return claimed
+
+    def started_urgent(self, kyma_id: int) -> None:
+        Kyma.objects.filter(id=kyma_id).update(reconcile_urgent_at=None)
 
     def space(self, kyma_id: int, until: dt.datetime | None, *, if_free: bool = False) -> bool:
         rows = Kyma.objects.filter(id=kyma_id)
@@ -377,6 +395,20 @@ class RedisFlags:
             ]
         )
         return bool(claimed), _moment(found)
+
+    def urgent_key(self, kyma_id: int) -> str:
+        return f"{self.prefix}:reconcile-urgent:{kyma_id}"
+
+    def claim_urgent(self, kyma_ids: Sequence[int], now: dt.datetime) -> list[int]:
+        ttl = int(_ttl().total_seconds())
+        with self.client.pipeline(transaction=False) as pipe:
+            for kyma_id in kyma_ids:
+                pipe.set(self.urgent_key(kyma_id), _stamp(now), nx=True, ex=ttl)
+            results = pipe.execute()
+        return [kyma_id for kyma_id, won in zip(kyma_ids, results, strict=True) if won]
+
+    def started_urgent(self, kyma_id: int) -> None:
+        self.client.delete(self.urgent_key(kyma_id))
 
     def space(self, kyma_id: int, until: dt.datetime | None, *, if_free: bool = False) -> bool:
         if until is None:

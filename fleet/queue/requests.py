@@ -14,9 +14,9 @@ the webhook answered); the starting task then waits until that time.
 module manager) are not spaced (``RECONCILE_MIN_SPACING`` bounds runtimes that keep changing, not
 the control plane): they coalesce into a queued task only when they claim the mark; when a task
 is queued already (maybe deferred by the spacing), they publish one more *unmarked* task that
-runs at once and leaves the mark to the queued one. So a runtime-event storm still gets at most
-one reconcile per spacing, and each control-plane write at most one extra reconcile (never two
-at once: the lease).
+runs without the spacing and leaves the mark to the queued one. So a runtime-event storm still gets at most
+one reconcile per spacing. A second mark per Kyma (:meth:`.marks.ReconcileFlags.claim_urgent`)
+coalesces those unmarked tasks the same way: at most one waits beside the marked one.
 
 *Durability.* The claim is undone and :class:`QueueUnavailable` raised when the broker refuses the
 message, so a caller (the listener) can answer 503 and the sender retries.
@@ -121,7 +121,10 @@ def _request(kyma_ids: list[int], reason: str, countdown: float, urgent: bool = 
     except RedisError as exc:
         raise QueueUnavailable(f"the reconcile queue marks are unavailable: {exc}") from exc
     won = set(claimed)
-    extra = [kyma_id for kyma_id in kyma_ids if kyma_id not in won] if urgent else []
+    try:  # a queued urgent task beside the queued one covers this request too
+        extra = store.claim_urgent([i for i in kyma_ids if i not in won], now) if urgent else []
+    except RedisError as exc:
+        raise QueueUnavailable(f"the reconcile queue marks are unavailable: {exc}") from exc
     if not claimed and not extra:
         return []
     try:
@@ -132,7 +135,7 @@ def _request(kyma_ids: list[int], reason: str, countdown: float, urgent: bool = 
         _publish_failed(claimed, eta)
         raise QueueUnavailable(f"the task queue is unavailable: {exc}") from exc
     log.debug("queued reconcile of %s (%s)", claimed + extra, reason)
-    return claimed if not urgent else list(kyma_ids)
+    return [kyma_id for kyma_id in kyma_ids if kyma_id in won or kyma_id in set(extra)]
 
 
 def kyma_reconcile_request_one(
@@ -181,6 +184,18 @@ def reconcile_started(kyma_id: int) -> dt.datetime | None:
     """A task for this Kyma starts: later requests must queue a new task. Returns the time before
     which it must not read the runtime, when a request asked for one."""
     return flags().started(kyma_id).not_before
+
+
+def reconcile_start_urgent(kyma_id: int) -> None:
+    """An unmarked urgent task starts (before it reads any state): later urgent requests queue
+    a new one."""
+    flags().started_urgent(kyma_id)
+
+
+def reconcile_rearm_urgent(kyma_id: int) -> bool:
+    """An unmarked urgent task cannot run now: False when another one is queued (it does the
+    work), else it holds the second mark again and retries."""
+    return bool(flags().claim_urgent([kyma_id], timezone.now()))
 
 
 def reconcile_start(kyma_id: int) -> Started:

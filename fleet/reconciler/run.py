@@ -104,7 +104,11 @@ def kyma_reconcile_run(
     the status write releases the lease in the same UPDATE; the record is inserted without
     looking whether the Kyma still exists (the cleanup says when it deleted the row).
     """
-    start = queue.start(kyma_id) if marked else queue.Started()
+    if marked:
+        start = queue.start(kyma_id)
+    else:
+        queue.start_urgent(kyma_id)
+        start = queue.Started()
     not_before, changes = start.not_before, start.changes
     provisional = _space_provisionally(kyma_id, min_spacing)
     hold = queue.hold_for(not_before)
@@ -118,7 +122,7 @@ def kyma_reconcile_run(
         retry = queue.rearm(kyma_id, wait, not_before=not_before, changes=changes) if marked else None
         if retry is not None:
             raise queue.LeaseBusy(retry_after=retry)
-        if urgent:  # it retries even so, holding no mark: the queued task may be spaced
+        if urgent and queue.rearm_urgent(kyma_id):  # it retries even so: the queued one may be spaced
             raise queue.LeaseBusy(retry_after=wait, marked=False)
         return  # another task is queued: it runs after the current holder
     outcome, kyma, released = None, None, False

@@ -242,6 +242,7 @@ def test_given_a_runtime_task_queued_when_the_control_plane_asks_then_an_unmarke
     queue.request([kyma.pk], reason="watch-event", countdown=30)  # e.g. deferred by the spacing
     task_queue()
     assert queue.request([kyma.pk], reason="sync resource s changed", urgent=True) == [kyma.pk]
+    assert queue.request([kyma.pk], reason="module status reported", urgent=True) == []  # joins it
     assert [t.kwargs for t in task_queue()] == [
         {"reason": "sync resource s changed", "urgent": True, "marked": False}
     ]
