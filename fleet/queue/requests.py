@@ -11,12 +11,14 @@ event that arrives just before the queued task is due: the API server stores tha
 the webhook answered); the starting task then waits until that time.
 
 *Control-plane requests* (``urgent``: a user's edit, a SyncResource or ModuleConfig written by a
-module manager) are not spaced (``RECONCILE_MIN_SPACING`` bounds runtimes that keep changing, not
-the control plane): they coalesce into a queued task only when they claim the mark; when a task
-is queued already (maybe deferred by the spacing), they publish one more *unmarked* task that
-runs without the spacing and leaves the mark to the queued one. So a runtime-event storm still gets at most
-one reconcile per spacing. A second mark per Kyma (:meth:`.marks.ReconcileFlags.claim_urgent`)
-coalesces those unmarked tasks the same way: at most one waits beside the marked one.
+module manager) are not held back by the reconcile before them (``RECONCILE_MIN_SPACING`` bounds
+runtimes that keep changing, not the control plane; such a reconcile may be the second within a
+spacing, not the third, see :mod:`fleet.reconciler.run`). They coalesce into a queued task only
+when they claim the mark; when a task is queued already (maybe deferred by the spacing), they
+publish one more *unmarked* task that leaves the mark to the queued one. A second mark per Kyma
+(:meth:`.marks.ReconcileFlags.claim_urgent`) coalesces those unmarked tasks the same way: at most
+one waits beside the marked one. So a runtime-event storm, even one a manager answers write by
+write, gets at most two reconciles per spacing.
 
 *Durability.* The claim is undone and :class:`QueueUnavailable` raised when the broker refuses the
 message, so a caller (the listener) can answer 503 and the sender retries.
@@ -58,8 +60,8 @@ def _publish(
     kyma_ids: Sequence[int], countdown: float, reason: str, *, urgent: bool = False, marked: bool = True
 ) -> None:
     """Publish the reconcile tasks by their stable name (the task module sits above this one);
-    the reason travels with the task, for its log line. ``urgent``: not spaced; ``marked=False``:
-    the task holds no mark (another queued task does) and must not clear it."""
+    the reason travels with the task, for its log line. ``urgent``: not held back by the spacing;
+    ``marked=False``: the task holds no mark (another queued task does) and must not clear it."""
     options = {"countdown": countdown} if countdown > 0 else {}
     kwargs: dict = {"reason": reason}
     if urgent:
@@ -92,7 +94,7 @@ def kyma_reconcile_request(
     """Ask for a reconcile of each Kyma; returns the ids for which a task was published.
 
     Kymas with a reconcile already queued are covered by it and publish nothing, unless the
-    request is ``urgent`` (made by the control plane: not spaced, see the module docstring).
+    request is ``urgent`` (made by the control plane: see the module docstring).
     ``countdown`` delays the task (requests meanwhile coalesce into it). Inside a transaction the
     request waits for the commit (a worker must see what was written); a publish error then
     surfaces in the log, not to the caller.
