@@ -14,8 +14,9 @@ the new ``replicas``.
       committed → line received), over --rounds changes.
 
 The chain holds two reconciles of the same Kyma (the CR's spec into the ModuleConfig, then the
-manager's SyncResource into the runtime); ``RECONCILE_MIN_SPACING`` (1 s by default) spaces them
-on purpose, so it is part of (a) and (b): ``--min-spacing`` sets it for the workers (printed).
+manager's SyncResource into the runtime); ``RECONCILE_MIN_SPACING`` (1 s by default) spaces
+runtime events, not the second one (a SyncResource is a control-plane change), but the load's
+runtimes are spaced: ``--min-spacing`` sets it for the workers (printed).
 Goals: (a) p99 ≤ 1 s, (b) p99 ≤ 2 s, (c) p99 ≤ 200 ms. The last line is
 ``module_chain: p50_ms=X p99_ms=Y loaded_p99_ms=Z watch_p99_ms=W``.
 

@@ -23,20 +23,28 @@ log = logging.getLogger(__name__)
 
 
 @shared_task(name="controlplane.kyma_reconcile", bind=True, acks_late=True, max_retries=None)
-def kyma_reconcile(self: Task, kyma_id: int, reason: str = "") -> None:
+def kyma_reconcile(
+    self: Task, kyma_id: int, reason: str = "", urgent: bool = False, marked: bool = True
+) -> None:
     """Reconcile one Kyma (``reason``: why it was requested, for the log). Retries shortly when
     another worker holds its lease or the Kyma was reconciled moments ago
-    (``RECONCILE_MIN_SPACING``), and with backoff while the database is unavailable (runtime
-    errors are outcomes, rescheduled by state)."""
+    (``RECONCILE_MIN_SPACING``; not for ``urgent`` requests, made by the control plane), and with
+    backoff while the database is unavailable (runtime errors are outcomes, rescheduled by
+    state). ``marked=False``: the task holds no queue mark (:mod:`fleet.queue.requests`)."""
     try:
         kyma_reconcile_run(
             kyma_id,
             min_spacing=settings.RECONCILE_MIN_SPACING,
             reason=reason,
+            urgent=urgent,
+            marked=marked,
             retried=bool(self.request.retries),
         )
     except queue.RetryLater as later:
-        raise self.retry(countdown=later.retry_after) from None
+        kwargs = {"reason": reason}
+        if urgent:
+            kwargs.update(urgent=True, marked=later.marked)
+        raise self.retry(countdown=later.retry_after, kwargs=kwargs) from None
     except OperationalError as exc:
         raise self.retry(countdown=min(60, 2 ** min(self.request.retries, 6)), max_retries=20) from exc
 

@@ -47,6 +47,8 @@ def _clean_reconcile_marks() -> None:
     store = flags()
     if isinstance(store, RedisFlags):
         keys = list(store.client.scan_iter(match=store.key("*"), count=1000))
+        keys += list(store.client.scan_iter(match=store.spaced_key("*"), count=1000))
+        keys += list(store.client.scan_iter(match=store.urgent_key("*"), count=1000))
         if keys:
             store.client.delete(*keys)
 

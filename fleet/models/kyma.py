@@ -145,6 +145,10 @@ class Kyma(NamespacedResourceModel):
     # The changes (one per line, see fleet.queue.changes) the runtime must have stored before the
     # queued reconcile reads it: those the events it covers reported.
     reconcile_changes = models.TextField(blank=True, default="", editable=False)
+    # Until when the next reconcile waits for RECONCILE_MIN_SPACING (a hint for the mark's ETA).
+    reconcile_spaced_until = models.DateTimeField(null=True, blank=True, editable=False)
+    # The mark "an urgent (control-plane) reconcile task is queued beside the one above".
+    reconcile_urgent_at = models.DateTimeField(null=True, blank=True, editable=False)
     lease_owner = models.CharField(max_length=128, blank=True)
     lease_until = models.DateTimeField(null=True, blank=True)
     error_streak = models.PositiveIntegerField(default=0)

@@ -19,7 +19,7 @@ below the task module, the listener, the services, the jobs and beat, which all 
 from .changes import StoredChange, decode_all
 from .coverage import Coverage
 from .lease import LeaseKeeper, lease_acquire, lease_extend, lease_release, worker_id
-from .marks import flags
+from .marks import Started, flags
 from .requests import (
     PERIODIC_REASON,
     RECONCILE_TASK,
@@ -37,7 +37,16 @@ from .requests import (
     reconcile_rearm as rearm,
 )
 from .requests import (
+    reconcile_rearm_urgent as rearm_urgent,
+)
+from .requests import (
+    reconcile_spaced as spaced,
+)
+from .requests import (
     reconcile_start as start,
+)
+from .requests import (
+    reconcile_start_urgent as start_urgent,
 )
 from .requests import (
     reconcile_started as started,
@@ -52,6 +61,7 @@ __all__ = [
     "LeaseBusy",
     "LeaseKeeper",
     "RetryLater",
+    "Started",
     "StoredChange",
     "TooSoon",
     "decode_all",
@@ -62,9 +72,12 @@ __all__ = [
     "lease_release",
     "queued",
     "rearm",
+    "rearm_urgent",
     "request",
     "request_one",
+    "spaced",
     "start",
+    "start_urgent",
     "started",
     "worker_id",
 ]

@@ -2,8 +2,8 @@
 
 The mark is checked for every WatchEvent, so it must be cheap: with a Redis broker it lives in
 Redis (one key with an expiry, one round trip, no load on PostgreSQL); otherwise it is the
-``Kyma.reconcile_queued_at``/``reconcile_not_before`` columns, claimed with a read and a
-conditional ``UPDATE ... RETURNING``. Both give the same guarantees (see
+``Kyma.reconcile_queued_at``/``reconcile_not_before`` columns (and ``reconcile_spaced_until``),
+claimed with a read and a conditional ``UPDATE ... RETURNING``. Both give the same guarantees (see
 :mod:`fleet.queue.requests`): one claimer wins, a mark older than
 ``RECONCILE_QUEUED_TTL`` counts as lost and can be claimed again, and a starting task clears the
 mark before it reads any state.
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -29,6 +30,7 @@ from typing import Protocol
 import redis
 from django.conf import settings
 from django.db import connection
+from django.db.models import Q
 from django.utils import timezone
 
 from fleet.models import Kyma
@@ -59,15 +61,30 @@ class ReconcileFlags(Protocol):
         need: dt.datetime | None,
         changes: Sequence[str] = (),
         fallback: dt.datetime | None = None,
-    ) -> dt.datetime | None:
-        """Mark one Kyma in one round trip: ``None`` when this call claimed it (for a task due at
-        ``eta``); else the ETA of the task already queued, which from now on does not read before
-        ``need`` (``None``: no such time) and checks ``changes`` too. Past ``MAX_CHANGES`` on one
-        mark, further changes ask for ``fallback`` as "not before" instead. An ETA set on another
-        host counts only ``LISTENER_CLOCK_SKEW`` earlier (that host's clock may run ahead)."""
+    ) -> tuple[bool, dt.datetime]:
+        """Mark one Kyma in one round trip. Returns (this call claimed it, the ETA of the task):
+        a claim is for a task due at ``eta``, or later while the Kyma is spaced (:meth:`space`);
+        else the task already queued from now on does not read before ``need`` (``None``: no
+        such time) and checks ``changes`` too. Past ``MAX_CHANGES`` on one mark, further changes
+        ask for ``fallback`` as "not before" instead. An ETA set on another host counts only
+        ``LISTENER_CLOCK_SKEW`` earlier (that host's clock may run ahead)."""
+
+    def space(self, kyma_id: int, until: dt.datetime | None, *, if_free: bool = False) -> bool:
+        """A reconcile starts and the next one must wait for ``RECONCILE_MIN_SPACING``: a claim
+        until then is for a task due then, published with that countdown at once (the task
+        would otherwise start, find it is too soon and retry). Only a hint: the task checks the
+        spacing itself. ``None`` clears it; ``if_free`` sets it only when none holds now.
+        Returns whether it was set."""
 
     def release(self, kyma_ids: Sequence[int], eta: dt.datetime) -> None:
         """Undo a claim made for ``eta`` (its publish failed)."""
+
+    def claim_urgent(self, kyma_ids: Sequence[int], now: dt.datetime) -> list[int]:
+        """The second mark: an urgent task is queued beside the one the first mark says (which
+        may be spaced). Marks the Kymas without it; returns those. Same TTL."""
+
+    def started_urgent(self, kyma_id: int) -> None:
+        """An urgent task starts: later urgent requests must queue a new one."""
 
     def started(self, kyma_id: int) -> Started:
         """A task starts: later requests must queue a new one. Returns the time before which the
@@ -127,22 +144,28 @@ class DatabaseFlags:
         need: dt.datetime | None,
         changes: Sequence[str] = (),
         fallback: dt.datetime | None = None,
-    ) -> dt.datetime | None:
+    ) -> tuple[bool, dt.datetime]:
         stale = now - _ttl()
         # Each lost race means another request or a starting task moved the mark on: look again.
         # (Bounded only against a database that misbehaves; in practice it ends in a few rounds.)
         for _ in range(100):
             found = (
                 Kyma.objects.filter(id=kyma_id)
-                .values_list("reconcile_queued_at", "reconcile_not_before", "reconcile_changes")
+                .values_list(
+                    "reconcile_queued_at",
+                    "reconcile_not_before",
+                    "reconcile_changes",
+                    "reconcile_spaced_until",
+                )
                 .first()
             )
             if found is None:
-                return eta  # no such Kyma: nothing to queue
-            marked, not_before, held = found
+                return False, eta  # no such Kyma: nothing to queue
+            marked, not_before, held, spaced = found
             if marked is None or marked < stale:
-                if self.claim([kyma_id], now, eta, changes):
-                    return None
+                due = max(eta, spaced) if spaced is not None else eta
+                if self.claim([kyma_id], now, due, changes):
+                    return True, due
                 continue
             known = [line for line in held.split("\n") if line]
             merged, wanted = list(known), need
@@ -161,7 +184,7 @@ class DatabaseFlags:
             ):
                 update["reconcile_not_before"] = wanted
             if not update:
-                return marked
+                return False, marked
             raised = Kyma.objects.filter(
                 id=kyma_id,
                 reconcile_queued_at=marked,
@@ -169,8 +192,27 @@ class DatabaseFlags:
                 reconcile_changes=held,
             ).update(**update)
             if raised:
-                return marked
+                return False, marked
         raise RuntimeError(f"the reconcile mark of Kyma {kyma_id} keeps changing; giving up")
+
+    def claim_urgent(self, kyma_ids: Sequence[int], now: dt.datetime) -> list[int]:
+        claimed = []
+        for kyma_id in kyma_ids:
+            free = Q(reconcile_urgent_at__isnull=True) | Q(reconcile_urgent_at__lt=now - _ttl())
+            if Kyma.objects.filter(free, id=kyma_id).update(reconcile_urgent_at=now):
+                claimed.append(kyma_id)
+        return claimed
+
+    def started_urgent(self, kyma_id: int) -> None:
+        Kyma.objects.filter(id=kyma_id).update(reconcile_urgent_at=None)
+
+    def space(self, kyma_id: int, until: dt.datetime | None, *, if_free: bool = False) -> bool:
+        rows = Kyma.objects.filter(id=kyma_id)
+        if if_free:
+            rows = rows.filter(
+                Q(reconcile_spaced_until__isnull=True) | Q(reconcile_spaced_until__lt=timezone.now())
+            )
+        return bool(rows.update(reconcile_spaced_until=until))
 
     def release(self, kyma_ids: Sequence[int], eta: dt.datetime) -> None:
         Kyma.objects.filter(id__in=kyma_ids, reconcile_queued_at=eta).update(reconcile_queued_at=None)
@@ -207,15 +249,19 @@ class DatabaseFlags:
 
 
 # A mark is "<eta> <not before>" in Unix seconds ("0": none), then one line per change to check.
-# ARGV: eta, need ("0": none), ttl, skew, now, changes (one per line, "" for none), most changes
-# per mark, need when there are more ("0": none).
+# KEYS: the mark, the Kyma's "spaced until" hint. ARGV: eta, need ("0": none), ttl, skew, now,
+# changes (one per line, "" for none), most changes per mark, need when there are more ("0": none).
+# Returns {1, eta} when it claimed the mark (the ETA raised to the hint), else {0, eta of the mark}.
 _CLAIM_ONE = """
 local value = redis.call('get', KEYS[1])
 if not value then
-  local fresh = ARGV[1] .. ' 0'
+  local eta = ARGV[1]
+  local spaced = redis.call('get', KEYS[2])
+  if spaced and tonumber(spaced) > tonumber(eta) then eta = spaced end
+  local fresh = eta .. ' 0'
   if ARGV[6] ~= '' then fresh = fresh .. '\\n' .. ARGV[6] end
   redis.call('set', KEYS[1], fresh, 'EX', ARGV[3])
-  return false
+  return {1, eta}
 end
 local head, tail = value, ''
 local newline = string.find(value, '\\n', 1, true)
@@ -260,7 +306,7 @@ if need > 0 and (tonumber(eta) or 0) < need + tonumber(ARGV[4]) and (tonumber(no
 elseif changed then
   redis.call('set', KEYS[1], eta .. ' ' .. not_before .. tail, 'KEEPTTL')
 end
-return eta
+return {0, eta}
 """
 
 # Undo a claim whose publish failed: only the mark of that claim (its ETA), raised or not.
@@ -305,11 +351,14 @@ class RedisFlags:
     def _evalsha_all(self, batch: Sequence[list]) -> list:
         with self.client.pipeline(transaction=False) as pipe:
             for args in batch:
-                pipe.evalsha(self._claim_one.sha, 1, *args)
+                pipe.evalsha(self._claim_one.sha, 2, *args)
             return pipe.execute(raise_on_error=False)
 
     def key(self, kyma_id: int) -> str:
         return f"{self.prefix}:reconcile-queued:{kyma_id}"
+
+    def spaced_key(self, kyma_id: int) -> str:
+        return f"{self.prefix}:reconcile-spaced:{kyma_id}"
 
     def claim(
         self, kyma_ids: Sequence[int], now: dt.datetime, eta: dt.datetime, changes: Sequence[str] = ()
@@ -330,10 +379,11 @@ class RedisFlags:
         need: dt.datetime | None,
         changes: Sequence[str] = (),
         fallback: dt.datetime | None = None,
-    ) -> dt.datetime | None:
-        found = self._claims.call(
+    ) -> tuple[bool, dt.datetime]:
+        claimed, found = self._claims.call(
             [
                 self.key(kyma_id),
+                self.spaced_key(kyma_id),
                 _stamp(eta),
                 _stamp(need) if need is not None else "0",
                 int(_ttl().total_seconds()),
@@ -344,7 +394,29 @@ class RedisFlags:
                 _stamp(fallback) if fallback is not None else "0",
             ]
         )
-        return None if found is None else _moment(found)
+        return bool(claimed), _moment(found)
+
+    def urgent_key(self, kyma_id: int) -> str:
+        return f"{self.prefix}:reconcile-urgent:{kyma_id}"
+
+    def claim_urgent(self, kyma_ids: Sequence[int], now: dt.datetime) -> list[int]:
+        ttl = int(_ttl().total_seconds())
+        with self.client.pipeline(transaction=False) as pipe:
+            for kyma_id in kyma_ids:
+                pipe.set(self.urgent_key(kyma_id), _stamp(now), nx=True, ex=ttl)
+            results = pipe.execute()
+        return [kyma_id for kyma_id, won in zip(kyma_ids, results, strict=True) if won]
+
+    def started_urgent(self, kyma_id: int) -> None:
+        self.client.delete(self.urgent_key(kyma_id))
+
+    def space(self, kyma_id: int, until: dt.datetime | None, *, if_free: bool = False) -> bool:
+        if until is None:
+            return bool(self.client.delete(self.spaced_key(kyma_id)))
+        keep = math.ceil((until - timezone.now()).total_seconds() * 1000)
+        return keep > 0 and bool(
+            self.client.set(self.spaced_key(kyma_id), _stamp(until), px=keep, nx=if_free)
+        )
 
     def release(self, kyma_ids: Sequence[int], eta: dt.datetime) -> None:
         for kyma_id in kyma_ids:

@@ -10,8 +10,24 @@ again. A request may also say the reconcile must not read the runtime before a g
 event that arrives just before the queued task is due: the API server stores that change after
 the webhook answered); the starting task then waits until that time.
 
+*Control-plane requests* (``urgent``: a user's edit, a SyncResource or ModuleConfig written by a
+module manager) are not held back by the reconcile before them (``RECONCILE_MIN_SPACING`` bounds
+runtimes that keep changing, not the control plane; such a reconcile may be the second within a
+spacing, not the third, see :mod:`fleet.reconciler.run`). They coalesce into a queued task only
+when they claim the mark; when a task is queued already (maybe deferred by the spacing), they
+publish one more *unmarked* task that leaves the mark to the queued one. A second mark per Kyma
+(:meth:`.marks.ReconcileFlags.claim_urgent`) coalesces those unmarked tasks the same way: at most
+one waits beside the marked one. So a runtime-event storm, even one a manager answers write by
+write, gets at most two reconciles per spacing.
+
 *Durability.* The claim is undone and :class:`QueueUnavailable` raised when the broker refuses the
 message, so a caller (the listener) can answer 503 and the sender retries.
+
+*Spacing.* A reconcile that starts records until when the next one of its Kyma is spaced
+(``RECONCILE_MIN_SPACING``; :func:`reconcile_spaced`, in the mark store): a runtime event
+meanwhile claims the mark for a task due then and publishes it with that countdown at once. So a
+runtime that keeps changing costs one task per spacing, not tasks that start, find it too soon
+and retry (taking worker time from other Kymas); the task still checks the spacing itself.
 
 *Mutual exclusion* is :mod:`.lease`; what a task does when it cannot run now, :mod:`.retry`.
 """
@@ -43,16 +59,22 @@ RECONCILE_TASK = "controlplane.kyma_reconcile"
 PERIODIC_REASON = "periodic"
 
 
-def _publish(kyma_ids: Sequence[int], countdown: float, reason: str) -> None:
+def _publish(
+    kyma_ids: Sequence[int], countdown: float, reason: str, *, urgent: bool = False, marked: bool = True
+) -> None:
     """Publish the reconcile tasks by their stable name (the task module sits above this one);
-    the reason travels with the task, for its log line."""
+    the reason travels with the task, for its log line. ``urgent``: not held back by the spacing;
+    ``marked=False``: the task holds no mark (another queued task does) and must not clear it."""
     options = {"countdown": countdown} if countdown > 0 else {}
+    kwargs: dict = {"reason": reason}
+    if urgent:
+        kwargs.update(urgent=True, marked=marked)
     with current_app.producer_or_acquire() as producer:
         for kyma_id in kyma_ids:
             current_app.send_task(
                 RECONCILE_TASK,
                 args=[kyma_id],
-                kwargs={"reason": reason},
+                kwargs=kwargs,
                 producer=producer,
                 retry=True,
                 **options,
@@ -69,30 +91,33 @@ def _publish_failed(kyma_ids: list[int], eta: dt.datetime) -> None:
         Kyma.objects.filter(id__in=kyma_ids).update(next_reconcile_at=timezone.now())
 
 
-def kyma_reconcile_request(kyma_ids: Sequence[int], *, reason: str, countdown: float = 0) -> list[int]:
+def kyma_reconcile_request(
+    kyma_ids: Sequence[int], *, reason: str, countdown: float = 0, urgent: bool = False
+) -> list[int]:
     """Ask for a reconcile of each Kyma; returns the ids for which a task was published.
 
-    Kymas with a reconcile already queued are covered by it and publish nothing. ``countdown``
-    delays the task (requests meanwhile coalesce into it). Inside a transaction the request waits
-    for the commit (a worker must see what was written); a publish error then surfaces in the log,
-    not to the caller.
+    Kymas with a reconcile already queued are covered by it and publish nothing, unless the
+    request is ``urgent`` (made by the control plane: see the module docstring).
+    ``countdown`` delays the task (requests meanwhile coalesce into it). Inside a transaction the
+    request waits for the commit (a worker must see what was written); a publish error then
+    surfaces in the log, not to the caller.
     """
     ids = list(dict.fromkeys(kyma_ids))
     if connection.in_atomic_block:
-        transaction.on_commit(lambda: _request_logged(ids, reason, countdown))
+        transaction.on_commit(lambda: _request_logged(ids, reason, countdown, urgent))
         return []
-    return _request(ids, reason, countdown)
+    return _request(ids, reason, countdown, urgent)
 
 
-def _request_logged(kyma_ids: list[int], reason: str, countdown: float) -> None:
+def _request_logged(kyma_ids: list[int], reason: str, countdown: float, urgent: bool) -> None:
     try:
-        _request(kyma_ids, reason, countdown)
+        _request(kyma_ids, reason, countdown, urgent)
     except QueueUnavailable as exc:
         # The periodic sweep (or the expiry of the mark) picks these Kymas up again.
         log.warning("reconcile request for %d Kyma(s) not queued (%s): %s", len(kyma_ids), reason, exc)
 
 
-def _request(kyma_ids: list[int], reason: str, countdown: float) -> list[int]:
+def _request(kyma_ids: list[int], reason: str, countdown: float, urgent: bool = False) -> list[int]:
     now = timezone.now()
     eta = now + dt.timedelta(seconds=countdown)
     store = flags()
@@ -100,15 +125,22 @@ def _request(kyma_ids: list[int], reason: str, countdown: float) -> list[int]:
         claimed = store.claim(kyma_ids, now, eta)
     except RedisError as exc:
         raise QueueUnavailable(f"the reconcile queue marks are unavailable: {exc}") from exc
-    if not claimed:
+    won = set(claimed)
+    try:  # a queued urgent task beside the queued one covers this request too
+        extra = store.claim_urgent([i for i in kyma_ids if i not in won], now) if urgent else []
+    except RedisError as exc:
+        raise QueueUnavailable(f"the reconcile queue marks are unavailable: {exc}") from exc
+    if not claimed and not extra:
         return []
     try:
-        _publish(claimed, countdown, reason)
+        # The unmarked ones first: if they fail, no claimed task went out yet to undo.
+        _publish(extra, countdown, reason, urgent=True, marked=False)
+        _publish(claimed, countdown, reason, urgent=urgent)
     except (KombuOperationalError, OSError) as exc:
         _publish_failed(claimed, eta)
         raise QueueUnavailable(f"the task queue is unavailable: {exc}") from exc
-    log.debug("queued reconcile of %s (%s)", claimed, reason)
-    return claimed
+    log.debug("queued reconcile of %s (%s)", claimed + extra, reason)
+    return [kyma_id for kyma_id in kyma_ids if kyma_id in won or kyma_id in set(extra)]
 
 
 def kyma_reconcile_request_one(
@@ -140,13 +172,13 @@ def kyma_reconcile_request_one(
     else:
         need, changes, fallback = now + dt.timedelta(seconds=margin), [], None
     try:
-        marked = store.claim_one(kyma_id, now, eta, need, changes, fallback)
+        claimed, eta = store.claim_one(kyma_id, now, eta, need, changes, fallback)
     except RedisError as exc:
         raise QueueUnavailable(f"the reconcile queue marks are unavailable: {exc}") from exc
-    if marked is not None:
-        return False, marked
-    try:
-        _publish([kyma_id], countdown, reason)
+    if not claimed:
+        return False, eta
+    try:  # the ETA may be later than asked: the Kyma is spaced (its reconcile started moments ago)
+        _publish([kyma_id], max(countdown, (eta - now).total_seconds()), reason)
     except (KombuOperationalError, OSError) as exc:
         _publish_failed([kyma_id], eta)
         raise QueueUnavailable(f"the task queue is unavailable: {exc}") from exc
@@ -157,6 +189,18 @@ def reconcile_started(kyma_id: int) -> dt.datetime | None:
     """A task for this Kyma starts: later requests must queue a new task. Returns the time before
     which it must not read the runtime, when a request asked for one."""
     return flags().started(kyma_id).not_before
+
+
+def reconcile_start_urgent(kyma_id: int) -> None:
+    """An unmarked urgent task starts (before it reads any state): later urgent requests queue
+    a new one."""
+    flags().started_urgent(kyma_id)
+
+
+def reconcile_rearm_urgent(kyma_id: int) -> bool:
+    """An unmarked urgent task cannot run now: False when another one is queued (it does the
+    work), else it holds the second mark again and retries."""
+    return bool(flags().claim_urgent([kyma_id], timezone.now()))
 
 
 def reconcile_start(kyma_id: int) -> Started:
@@ -171,16 +215,30 @@ def reconcile_rearm(
     *,
     not_before: dt.datetime | None = None,
     changes: tuple[str, ...] = (),
-) -> bool:
+) -> float | None:
     """A task cannot run now and retries in ``retry_after`` seconds: requests until then coalesce
-    into it, and it keeps ``not_before`` and the ``changes`` to check. False when another task
-    for the Kyma is queued already: that one does the work (and learns ``not_before`` and the
-    changes), so the caller must not retry (retrying anyway would leave two tasks cycling where
-    one is enough)."""
+    into it, and it keeps ``not_before`` and the ``changes`` to check. Returns the seconds after
+    which it retries (later than asked while the Kyma is spaced: the mark says when the task
+    starts, and it must not start earlier). ``None`` when another task for the Kyma is queued
+    already: that one does the work (and learns ``not_before`` and the changes), so the caller
+    must not retry (retrying anyway would leave two tasks cycling where one is enough)."""
     now = timezone.now()
     eta = now + dt.timedelta(seconds=retry_after)
     need = max(not_before or now, now)
-    return flags().claim_one(kyma_id, now, eta, need, changes, need) is None
+    claimed, eta = flags().claim_one(kyma_id, now, eta, need, changes, need)
+    return max(retry_after, (eta - now).total_seconds()) if claimed else None
+
+
+def reconcile_spaced(kyma_id: int, until: dt.datetime | None, *, if_free: bool = False) -> bool:
+    """Until when the next reconcile of this Kyma waits for the spacing (``None``: it need not):
+    requests meanwhile publish their task with that countdown at once, instead of a task that
+    starts, finds it too soon and retries (a hint; the task still checks). ``if_free``: only
+    when no such time holds now (a provisional one, set as a task starts, in the same moment
+    its mark goes). Returns whether it was set."""
+    try:
+        return flags().space(kyma_id, until, if_free=if_free)
+    except (RedisError, DatabaseError):  # a hint: the task's own check still holds
+        return False
 
 
 def reconcile_queued(kyma_ids: Sequence[int]) -> set[int]:

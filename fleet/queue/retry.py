@@ -25,16 +25,18 @@ class RetryLater(Exception):
     """The reconcile should run, but not now: try again after ``retry_after`` seconds (requests
     meanwhile coalesce into that retry)."""
 
-    def __init__(self, retry_after: float, why: str) -> None:
+    def __init__(self, retry_after: float, why: str, *, marked: bool = True) -> None:
         super().__init__(f"{why}, retry in {retry_after:.2f}s")
         self.retry_after = retry_after
+        self.marked = marked
 
 
 class LeaseBusy(RetryLater):
-    """Another worker reconciles this Kyma right now."""
+    """Another worker reconciles this Kyma right now. ``marked=False``: the retry holds no
+    mark (an urgent task whose mark another queued task holds)."""
 
-    def __init__(self, retry_after: float) -> None:
-        super().__init__(retry_after, "lease busy")
+    def __init__(self, retry_after: float, *, marked: bool = True) -> None:
+        super().__init__(retry_after, "lease busy", marked=marked)
 
 
 class TooSoon(RetryLater):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import logging
 import time
 
@@ -33,8 +34,60 @@ def _after_quiet(kyma_id: int, min_spacing: float) -> bool:
     return not before or (timezone.now() - before[0]).total_seconds() >= 2 * min_spacing
 
 
+def _spaced_wait(kyma_id: int, min_spacing: float, wait: float) -> float:
+    """How long a runtime's request waits: the rest of the spacing, unless the last reconcile
+    came after a quiet period."""
+    return 0.0 if _after_quiet(kyma_id, min_spacing) else wait
+
+
+def _urgent_wait(kyma_id: int, min_spacing: float) -> float:
+    """How long a control-plane request waits: it may be the second reconcile within a spacing
+    (the one that follows a runtime's change, e.g. a module manager's answer to it), not the
+    third. So a change made in the control plane is not held back by the reconcile before it,
+    while runtime events whose reconciles make the control plane write (a manager answering
+    each) still give at most two reconciles per spacing."""
+    before = list(
+        ReconcileRecord.objects.filter(kyma_id=kyma_id)
+        .order_by("-started_at")
+        .values_list("started_at", flat=True)[1:2]
+    )
+    return min_spacing - (timezone.now() - before[0]).total_seconds() if before else 0.0
+
+
+# The hint ends a moment after the spacing the task checks (that counts from the reconcile's own
+# clock reading, taken a little after this one): a task due at the hint then never finds it too soon.
+_SPACING_SLACK = 0.05
+
+
+def _space_provisionally(kyma_id: int, min_spacing: float) -> bool:
+    """As the task starts (its mark just went), tell the queue the next reconcile waits for the
+    spacing, unless it knows a time already: a runtime that keeps changing sends its next event
+    at once, and its task must not be due before this one decided. Whether it was set."""
+    if min_spacing <= 0:
+        return False
+    until = timezone.now() + dt.timedelta(seconds=min_spacing + _SPACING_SLACK)
+    return queue.spaced(kyma_id, until, if_free=True)
+
+
+def _space_next(kyma: Kyma, min_spacing: float, provisional: bool) -> None:
+    """This reconcile runs: unless it came after a quiet period (then the next one may run at
+    once, see :func:`_after_quiet`), tell the queue the next one waits for the spacing."""
+    now = timezone.now()
+    last = kyma.last_reconcile_at
+    if last is not None and (now - last).total_seconds() < 2 * min_spacing:
+        queue.spaced(kyma.pk, now + dt.timedelta(seconds=min_spacing + _SPACING_SLACK))
+    elif provisional:
+        queue.spaced(kyma.pk, None)
+
+
 def kyma_reconcile_run(
-    kyma_id: int, *, min_spacing: float = 0.0, reason: str = "", retried: bool = False
+    kyma_id: int,
+    *,
+    min_spacing: float = 0.0,
+    reason: str = "",
+    urgent: bool = False,
+    marked: bool = True,
+    retried: bool = False,
 ) -> None:
     """Entry point of the reconcile task; returns quietly when the Kyma is gone.
 
@@ -45,10 +98,14 @@ def kyma_reconcile_run(
     With ``min_spacing``, a Kyma whose last reconcile started less than that many seconds ago is
     deferred (:class:`TooSoon`), unless that reconcile came after a quiet period: a runtime that
     keeps changing gets at most one reconcile per spacing (two in a row after a quiet period), and
-    cannot crowd the rest of the fleet out of the workers. When a request asked the
-    reconcile not to read the runtime before some time (an event that arrived just before this
-    task was due), it waits until then: at most the listener's margin. When the events said which
-    changes they saw, it first checks that the runtime stored them (:mod:`.stored`).
+    cannot crowd the rest of the fleet out of the workers. An ``urgent`` reconcile (requested by
+    the control plane: a user's edit, a manager's SyncResource) may be the second within a
+    spacing (:func:`_urgent_wait`); one that is not ``marked`` leaves the queue mark to the task
+    that holds it (:mod:`fleet.queue.requests`).
+    When a request asked the reconcile not to read the runtime before some time (an event that
+    arrived just before this task was due), it waits until then: at most the listener's margin.
+    When the events said which changes they saw, it first checks that the runtime stored them
+    (:mod:`.stored`).
 
     It counts as *periodic* (it may trust the runtime watcher's events: :mod:`.engine`) only when
     beat's sweep queued it (``reason``), it is not a retry (a task deferred to later may cover
@@ -58,16 +115,26 @@ def kyma_reconcile_run(
     the status write releases the lease in the same UPDATE; the record is inserted without
     looking whether the Kyma still exists (the cleanup says when it deleted the row).
     """
-    start = queue.start(kyma_id)
+    if marked:
+        start = queue.start(kyma_id)
+    else:
+        queue.start_urgent(kyma_id)
+        start = queue.Started()
     not_before, changes = start.not_before, start.changes
+    provisional = _space_provisionally(kyma_id, min_spacing)
     hold = queue.hold_for(not_before)
     owner = queue.worker_id()
     if not queue.lease_acquire(kyma_id, owner=owner):
+        if provisional:  # the holder decides (it set its own time, or had none to set)
+            queue.spaced(kyma_id, None)
         if not Kyma.objects.filter(pk=kyma_id).exists():
             return
         wait = max(0.5, hold)
-        if queue.rearm(kyma_id, wait, not_before=not_before, changes=changes):
-            raise queue.LeaseBusy(retry_after=wait)
+        retry = queue.rearm(kyma_id, wait, not_before=not_before, changes=changes) if marked else None
+        if retry is not None:
+            raise queue.LeaseBusy(retry_after=retry)
+        if urgent and queue.rearm_urgent(kyma_id):  # it retries even so: the queued one may be spaced
+            raise queue.LeaseBusy(retry_after=wait, marked=False)
         return  # another task is queued: it runs after the current holder
     outcome, kyma, released = None, None, False
     try:
@@ -76,11 +143,21 @@ def kyma_reconcile_run(
             return
         if min_spacing > 0 and kyma.last_reconcile_at is not None:
             wait = min_spacing - (timezone.now() - kyma.last_reconcile_at).total_seconds()
-            if wait > 0.005 and not _after_quiet(kyma_id, min_spacing):
+            if wait > 0.005:
+                wait = (
+                    _urgent_wait(kyma_id, min_spacing) if urgent else _spaced_wait(kyma_id, min_spacing, wait)
+                )
+            if wait > 0.005:
                 wait = max(wait, hold)
-                if queue.rearm(kyma_id, wait, not_before=not_before, changes=changes):
-                    raise queue.TooSoon(retry_after=wait)
+                if provisional:  # the reconcile before this one spaces the next: no later
+                    queue.spaced(kyma_id, None)
+                retry = queue.rearm(kyma_id, wait, not_before=not_before, changes=changes)
+                if retry is not None:
+                    log.info("%s/%s deferred: reconciled moments ago", kyma.namespace, kyma.name)
+                    raise queue.TooSoon(retry_after=retry)
                 return  # another task is queued: it runs after the spacing
+        if min_spacing > 0:
+            _space_next(kyma, min_spacing, provisional)
         if hold > 0:
             time.sleep(queue.hold_for(not_before))
         started_at, started = timezone.now(), time.perf_counter()

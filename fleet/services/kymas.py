@@ -32,10 +32,10 @@ def kyma_save(kyma: Kyma, *, reconcile: bool = True) -> bool:
         was_paused = _stored_pause(kyma)
         changed = resource_save(kyma, before=stored_spec(kyma))
         if changed and reconcile:
-            queue.request([kyma.pk], reason="spec changed")
+            queue.request([kyma.pk], reason="spec changed", urgent=True)
         elif was_paused is not None and was_paused != kyma.skip_reconciliation:
             # Labels are not spec: only this one matters to the reconcile (resume, or record the pause).
-            queue.request([kyma.pk], reason="skip-reconciliation label changed")
+            queue.request([kyma.pk], reason="skip-reconciliation label changed", urgent=True)
     return changed
 
 
@@ -81,7 +81,7 @@ def kyma_set_kubeconfig(*, kyma: Kyma, kubeconfig: str) -> None:
     with transaction.atomic():
         kyma.kubeconfig = kubeconfig
         kyma.save(update_fields=["kubeconfig", "updated_at"])
-        queue.request([kyma.pk], reason="kubeconfig changed")
+        queue.request([kyma.pk], reason="kubeconfig changed", urgent=True)
 
 
 def kyma_delete(*, kyma: Kyma) -> bool:
@@ -95,5 +95,5 @@ def kyma_delete(*, kyma: Kyma) -> bool:
             return True
         Kyma.objects.filter(pk=kyma.pk).update(state="Deleting")
         kyma.state = "Deleting"
-        queue.request([kyma.pk], reason="deletion")
+        queue.request([kyma.pk], reason="deletion", urgent=True)
     return False

@@ -20,7 +20,9 @@ def module_save(module: Module) -> bool:
     with transaction.atomic():
         changed = resource_save(module, before=stored_spec(module))
         if changed:
-            queue.request(kyma_ids_using_module(module.name), reason=f"module {module.name} changed")
+            queue.request(
+                kyma_ids_using_module(module.name), reason=f"module {module.name} changed", urgent=True
+            )
     return changed
 
 
@@ -38,7 +40,7 @@ def module_delete(*, module: Module) -> None:
     with transaction.atomic():
         affected = kyma_ids_using_module(module.name)
         module.delete()
-        queue.request(affected, reason=f"module {module.name} deleted")
+        queue.request(affected, reason=f"module {module.name} deleted", urgent=True)
 
 
 def moduleconfig_upsert(
@@ -82,7 +84,7 @@ def moduleconfig_set_status(*, config: ModuleConfig, status: dict) -> bool:
         config.status = status
         config.revision = moduleconfig_revision_next()
         resource_save(config, before=config.spec_snapshot())
-        queue.request([config.kyma_id], reason="module status reported")
+        queue.request([config.kyma_id], reason="module status reported", urgent=True)
     return True
 
 
@@ -94,7 +96,7 @@ def syncresource_save(resource: SyncResource) -> bool:
         resource.namespace = resource.kyma.namespace if resource.kyma_id else resource.namespace
         changed = resource_save(resource, before=stored_spec(resource))
         if changed:
-            queue.request([resource.kyma_id], reason=f"sync resource {resource.name} changed")
+            queue.request([resource.kyma_id], reason=f"sync resource {resource.name} changed", urgent=True)
     return changed
 
 
@@ -127,5 +129,5 @@ def syncresource_delete(*, resource: SyncResource) -> bool:
     with transaction.atomic():
         kyma_id = resource.kyma_id
         gone = deletion_begin(resource)
-        queue.request([kyma_id], reason=f"sync resource {resource.name} deleted")
+        queue.request([kyma_id], reason=f"sync resource {resource.name} deleted", urgent=True)
     return gone

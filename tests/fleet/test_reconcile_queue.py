@@ -15,8 +15,9 @@ from fleet.models import Kyma, ReconcileRecord
 from fleet.queue import LeaseBusy, TooSoon
 from fleet.queue.marks import flags
 from fleet.reconciler.run import kyma_reconcile_run
+from fleet.services.modules import syncresource_save
 from kernel.errors import QueueUnavailable
-from tests.factories import KymaFactory
+from tests.factories import KymaFactory, SyncResourceFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -137,10 +138,10 @@ def test_given_no_recent_reconcile_when_task_runs_with_spacing_then_it_runs(last
 
 def test_given_a_task_already_queued_when_another_wants_to_retry_then_it_is_told_to_go():
     kyma = KymaFactory()
-    assert queue.rearm(kyma.pk) is True  # nothing queued: this retry holds the mark
-    assert queue.rearm(kyma.pk) is False  # a second would only duplicate the work
+    assert queue.rearm(kyma.pk) is not None  # nothing queued: this retry holds the mark
+    assert queue.rearm(kyma.pk) is None  # a second would only duplicate the work
     queue.started(kyma.pk)
-    assert queue.rearm(kyma.pk) is True
+    assert queue.rearm(kyma.pk) is not None
 
 
 def test_given_deleted_kyma_when_task_runs_then_it_returns_quietly():
@@ -226,3 +227,81 @@ def test_given_a_mark_near_its_expiry_when_a_wait_is_recorded_then_the_mark_outl
     queue.request_one(kyma.pk, countdown=0, margin=0.3)
     time.sleep(1.1)  # past the mark's own expiry, not past the wait it asks for
     assert queue.started(kyma.pk) >= asked_at + dt.timedelta(seconds=0.3)
+
+
+def test_given_nothing_queued_when_the_control_plane_asks_then_one_marked_urgent_task(task_queue):
+    kyma = KymaFactory()
+    task_queue()
+    assert queue.request([kyma.pk], reason="spec changed", urgent=True) == [kyma.pk]
+    assert queue.request([kyma.pk], reason="watch-event") == []  # a runtime event coalesces into it
+    assert [t.kwargs for t in task_queue()] == [{"reason": "spec changed", "urgent": True, "marked": True}]
+
+
+def test_given_a_runtime_task_queued_when_the_control_plane_asks_then_an_unmarked_task_runs_too(task_queue):
+    kyma = KymaFactory()
+    queue.request([kyma.pk], reason="watch-event", countdown=30)  # e.g. deferred by the spacing
+    task_queue()
+    assert queue.request([kyma.pk], reason="sync resource s changed", urgent=True) == [kyma.pk]
+    assert queue.request([kyma.pk], reason="module status reported", urgent=True) == []  # joins it
+    assert [t.kwargs for t in task_queue()] == [
+        {"reason": "sync resource s changed", "urgent": True, "marked": False}
+    ]
+    kyma_reconcile_run(kyma.pk, min_spacing=1.0, reason="sync resource s changed", urgent=True, marked=False)
+    assert queue.queued([kyma.pk]) == {kyma.pk}  # the mark stays with the queued task
+    assert queue.request([kyma.pk], reason="watch-event") == []
+
+
+def test_given_a_sync_resource_written_right_after_a_reconcile_then_its_reconcile_is_not_spaced(task_queue):
+    resource = SyncResourceFactory()
+    kyma = resource.kyma
+    reconciled(kyma, 0.1, 1.5)  # a runtime that keeps changing: a runtime event would wait
+    task_queue()
+    resource.manifests = resource.manifests + "\n# edited\n"
+    assert syncresource_save(resource)
+    (task,) = task_queue()
+    assert task.kwargs["urgent"] is True
+    kyma_reconcile_run(kyma.pk, min_spacing=1.0, **task.kwargs)  # no TooSoon
+    newest = ReconcileRecord.objects.filter(kyma_id=kyma.pk).order_by("-started_at").first()
+    assert newest.reason == f"sync resource {resource.name} changed"
+    with pytest.raises(TooSoon):  # the runtime's next event still waits for the spacing
+        kyma_reconcile_run(kyma.pk, min_spacing=1.0, reason="watch-event")
+    with pytest.raises(TooSoon):  # and so does a third within the spacing, even the control plane's
+        kyma_reconcile_run(kyma.pk, min_spacing=1.0, reason="module status reported", urgent=True)
+
+
+def test_given_an_urgent_task_whose_mark_another_holds_when_the_lease_is_busy_then_it_retries_unmarked(
+    task_queue,
+):
+    kyma = KymaFactory()
+    queue.request([kyma.pk], reason="watch-event", countdown=30)
+    queue.lease_acquire(kyma.pk, owner="someone-else")
+    with pytest.raises(LeaseBusy) as busy:
+        kyma_reconcile_run(kyma.pk, reason="spec changed", urgent=True, marked=False)
+    assert busy.value.marked is False
+    assert queue.queued([kyma.pk]) == {kyma.pk}
+
+
+def test_given_a_kyma_that_keeps_changing_when_an_event_follows_then_its_task_is_due_after_the_spacing(
+    task_queue,
+):
+    kyma = KymaFactory()
+    reconciled(kyma, 1.2, 1.9)  # not after a quiet period: the next reconcile is spaced
+    kyma_reconcile_run(kyma.pk, min_spacing=1.0)
+    last = Kyma.objects.get(pk=kyma.pk).last_reconcile_at
+    task_queue()
+    queued, eta = queue.request_one(kyma.pk, countdown=0)
+    assert queued
+    assert eta >= last + dt.timedelta(seconds=1.0)  # published due then: it will not be too soon
+    queue.started(kyma.pk)
+    assert queue.rearm(kyma.pk, 0.1) >= (last + dt.timedelta(seconds=1.0) - timezone.now()).total_seconds()
+
+
+def test_given_a_reconcile_after_a_quiet_period_when_an_event_follows_then_its_task_is_due_at_once(
+    task_queue,
+):
+    kyma = KymaFactory()
+    reconciled(kyma, 300)
+    kyma_reconcile_run(kyma.pk, min_spacing=1.0)
+    queued, eta = queue.request_one(kyma.pk, countdown=0)
+    assert queued
+    assert eta <= timezone.now()  # two per two spacings: the next one may run at once

@@ -84,7 +84,7 @@ class TestOnTheMark:
         task_queue()
         queue.request_one(kyma.pk, countdown=0, change=change("7"))
         start = queue.start(kyma.pk)
-        assert queue.rearm(kyma.pk, 0.5, not_before=start.not_before, changes=start.changes)
+        assert queue.rearm(kyma.pk, 0.5, not_before=start.not_before, changes=start.changes) is not None
         queue.request_one(kyma.pk, countdown=0, change=change("9"))
         assert {c.old_resource_version for c in decode_all(queue.start(kyma.pk).changes)} == {"7", "9"}
 
