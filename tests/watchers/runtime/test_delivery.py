@@ -244,7 +244,11 @@ def test_heartbeats_carry_counters_over_the_pooled_connection(start_watcher, cli
     assert last.headers["Content-Type"] == "application/json"
     assert last.client_cn == "runtime-1"
     assert {r.connection for r in listener.requests} == {1}
-    assert metric(scrape(server.metrics_port), "watcher_heartbeats_total", result="success") >= 3
+    # The listener has the third heartbeat a moment before the watcher counts its answer.
+    wait_until(
+        lambda: metric(scrape(server.metrics_port), "watcher_heartbeats_total", result="success") >= 3,
+        timeout=3,
+    )
 
 
 def test_heartbeat_404_is_tolerated_and_logged_once(start_watcher, client_for, listener, caplog):
