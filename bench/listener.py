@@ -16,11 +16,13 @@ its first 0.1 s and every event asks the queue (one Redis round trip) whether it
 the worst case, as when the workers lag far behind. (a') repeats (a) with every event inside its
 queued reconcile's window (LISTENER_RECONCILE_DELAY=60), i.e. without that round trip: what the
 listener costs when workers keep up and a hot runtime's events fall inside the window.
+The four keep-alive rows run side by side and take turns (``--rounds`` slices each), so the
+ratios compare rows measured over the same minutes.
 
 The database is SQLite under .state/bench-listener unless BENCH_DATABASE_URL is set; the broker is
 the filesystem one unless BENCH_BROKER_URL is set (e.g. redis://127.0.0.1:6379/15).
 
-    python bench/listener.py [--seconds 8] [--clients 4] [--threads 8] [--kymas 50]
+    python bench/listener.py [--seconds 12] [--rounds 6] [--clients 4] [--threads 8] [--kymas 50]
 """
 
 from __future__ import annotations
@@ -152,22 +154,35 @@ def client_process(args: tuple) -> tuple[int, int, list[float]]:
 
 
 def drive(
-    port: int, path: str, files: list, ca_file: str, args: argparse.Namespace, keep_alive: bool
+    port: int,
+    path: str,
+    files: list,
+    ca_file: str,
+    args: argparse.Namespace,
+    keep_alive: bool,
+    seconds: float,
 ) -> dict:
-    jobs = [(port, path, files, ca_file, args.seconds, args.threads, keep_alive) for _ in range(args.clients)]
-    started = time.perf_counter()
+    jobs = [(port, path, files, ca_file, seconds, args.threads, keep_alive) for _ in range(args.clients)]
     with multiprocessing.get_context("fork").Pool(args.clients) as pool:
         results = pool.map(client_process, jobs)
-    elapsed = time.perf_counter() - started
-    latencies = sorted(x for _, _, lat in results for x in lat)
-    ok = sum(r[0] for r in results)
     return {
-        "rate": ok / args.seconds,
-        "ok": ok,
+        "ok": sum(r[0] for r in results),
         "failed": sum(r[1] for r in results),
+        "latencies": [x for _, _, lat in results for x in lat],
+        "seconds": seconds,
+    }
+
+
+def summary(slices: list[dict]) -> dict:
+    """One row's figures over all its slices."""
+    latencies = sorted(x for part in slices for x in part["latencies"])
+    ok = sum(part["ok"] for part in slices)
+    return {
+        "rate": ok / sum(part["seconds"] for part in slices),
+        "ok": ok,
+        "failed": sum(part["failed"] for part in slices),
         "p50": statistics.median(latencies) * 1000 if latencies else float("nan"),
         "p99": percentile(latencies, 99) * 1000 if latencies else float("nan"),
-        "elapsed": elapsed,
     }
 
 
@@ -276,7 +291,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--seconds", type=float, default=8)
+    parser.add_argument("--seconds", type=float, default=12, help="per row, over all its rounds")
+    parser.add_argument("--rounds", type=int, default=6, help="turns each keep-alive row takes")
     parser.add_argument("--clients", type=int, default=4, help="client processes")
     parser.add_argument("--threads", type=int, default=8, help="connections per client process")
     parser.add_argument("--kymas", type=int, default=50)
@@ -304,31 +320,44 @@ def main() -> None:
     path = "/v2/lifecycle-manager/event"
     port = free_port()
     with serving(start_listener(port, env), port, (path, files, ca_file)):
-        keep = drive(port, path, files, ca_file, args, keep_alive=True)
-        report("(a) WatchEvents, keep-alive", keep)
-        fresh = drive(port, path, files, ca_file, args, keep_alive=False)
-        report("(b) WatchEvents, new TLS handshake per event (upstream)", fresh)
-
-    # The same contract through DRF, in the same state as (a): every event asks the queue.
-    port = free_port()
-    with serving(start_drf(port, env), port, (path, files, ca_file)):
-        drf = drive(port, path, files, ca_file, args, keep_alive=True)
-        report("(d) WatchEvents, keep-alive, served through DRF", drf)
-
-    # (a) again, with every event inside its queued reconcile's window: no queue round trip.
+        fresh = summary([drive(port, path, files, ca_file, args, False, args.seconds)])
+    report("(b) WatchEvents, new TLS handshake per event (upstream)", fresh)
     clear_marks()
-    port = free_port()
-    with serving(
-        start_listener(port, dict(env, LISTENER_RECONCILE_DELAY="60")), port, (path, files, ca_file)
-    ):
-        covered = drive(port, path, files, ca_file, args, keep_alive=True)
-        report("(a') WatchEvents, keep-alive, no queue round trip", covered)
-
-    port = free_port()
-    with serving(start_hello(port, directory, env), port, ("/", files, ca_file)):
-        ceiling = drive(port, "/", files, ca_file, args, keep_alive=True)
-        report("(c) bare gunicorn TLS hello, keep-alive (ceiling)", ceiling)
-
+    # The keep-alive rows run side by side and take turns, ``--rounds`` slices each, so that a
+    # machine whose speed drifts during the run (other load, CPU clocks) weighs on every row alike.
+    # (a') keeps its queue marks under a prefix of its own: its reconciles stay queued 60 s.
+    ports = {row: free_port() for row in ("a", "d", "a2", "c")}
+    rows = {
+        "a": (start_listener(ports["a"], dict(env, LISTENER_METRICS_BIND=f"127.0.0.1:{free_port()}")), path),
+        # The same contract through DRF, in the same state as (a): every event asks the queue.
+        "d": (start_drf(ports["d"], env), path),
+        "a2": (
+            start_listener(
+                ports["a2"],
+                dict(
+                    env,
+                    LISTENER_METRICS_BIND=f"127.0.0.1:{free_port()}",
+                    LISTENER_RECONCILE_DELAY="60",
+                    RECONCILE_FLAGS_PREFIX=f"bench-covered-{os.getpid()}",
+                ),
+            ),
+            path,
+        ),
+        "c": (start_hello(ports["c"], directory, env), "/"),
+    }
+    slices: dict[str, list[dict]] = {row: [] for row in rows}
+    with contextlib.ExitStack() as stack:
+        for row, (server, row_path) in rows.items():
+            stack.enter_context(serving(server, ports[row], (row_path, files, ca_file)))
+        for _ in range(args.rounds):
+            for row, (_, row_path) in rows.items():
+                part = drive(ports[row], row_path, files, ca_file, args, True, args.seconds / args.rounds)
+                slices[row].append(part)
+    keep, drf, covered, ceiling = (summary(slices[row]) for row in ("a", "d", "a2", "c"))
+    report("(a) WatchEvents, keep-alive", keep)
+    report("(d) WatchEvents, keep-alive, served through DRF", drf)
+    report("(a') WatchEvents, keep-alive, no queue round trip", covered)
+    report("(c) bare gunicorn TLS hello, keep-alive (ceiling)", ceiling)
     a_ratio, a2_ratio = keep["rate"] / ceiling["rate"], covered["rate"] / ceiling["rate"]
     drf_ratio = drf["rate"] / keep["rate"]
     print(f"\n(a)/(c) = {a_ratio:.2f}   (goal >= 0.5)")

@@ -61,12 +61,15 @@ class TTLCache(Generic[K, V]):
     """A tiny per-process cache: a burst of events costs one query, not one per event.
 
     Entries live ``LISTENER_CACHE_SECONDS``; a changed Kyma or Watcher is seen within that time.
-    Misses (``None``) are cached too, so an unknown runtime cannot make every request query.
+    Misses (``None``) are cached too, so an unknown runtime cannot make every request query. When
+    an entry expires, one thread loads it again while the others keep answering from the old one
+    for that moment (not every thread querying the same row at once).
     """
 
     def __init__(self, load: Callable[[K], V | None]) -> None:
         self._load = load
         self._entries: dict[K, tuple[float, V | None]] = {}
+        self._loading: set[K] = set()
         self._lock = threading.Lock()
 
     def get(self, key: K) -> V | None:
@@ -74,7 +77,15 @@ class TTLCache(Generic[K, V]):
         entry = self._entries.get(key)
         if entry is not None and entry[0] > now:
             return entry[1]
-        value = self._load(key)
+        with self._lock:
+            if entry is not None and key in self._loading:
+                return entry[1]  # being loaded again by another thread
+            self._loading.add(key)
+        try:
+            value = self._load(key)
+        finally:
+            with self._lock:
+                self._loading.discard(key)
         with self._lock:
             if len(self._entries) > 50_000:
                 self._entries.clear()

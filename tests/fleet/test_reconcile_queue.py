@@ -305,3 +305,35 @@ def test_given_a_reconcile_after_a_quiet_period_when_an_event_follows_then_its_t
     queued, eta = queue.request_one(kyma.pk, countdown=0)
     assert queued
     assert eta <= timezone.now()  # two per two spacings: the next one may run at once
+
+
+def test_given_the_mark_stores_connection_dropped_when_events_follow_then_the_next_one_claims(task_queue):
+    """The listener's claims keep a connection of their own (Redis), or use the thread's database
+    connection: when the server drops it, at most that one claim fails, as QueueUnavailable (the
+    watcher is answered 503 and retries), and the next one connects again and queues the task."""
+    from django.db import connection
+
+    from fleet.queue.marks import RedisFlags
+
+    kyma = KymaFactory()
+    store = flags()
+    assert queue.request_one(kyma.pk, countdown=0)[0]
+    task_queue()
+    queue.started(kyma.pk)
+    if isinstance(store, RedisFlags):
+        mine = store._connection()  # the one the claim above used
+        mine.send_command("CLIENT", "ID")
+        store.client.execute_command("CLIENT", "KILL", "ID", mine.read_response())
+    else:
+        connection.close()
+    outcomes = []
+    for _ in range(2):
+        try:
+            outcomes.append(queue.request_one(kyma.pk, countdown=0)[0])
+        except QueueUnavailable:
+            outcomes.append("unavailable")
+        if outcomes[-1] is True:
+            break
+    assert outcomes[-1] is True, outcomes
+    assert [t.args for t in task_queue()] == [[kyma.pk]]
+

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import ssl
+import time
 import urllib.request
 
 import pytest
@@ -197,7 +198,12 @@ class TestAccepted:
         request(listener.port, creds.context(), "/v2/lifecycle-manager/event", {"watched": 1})
         big = event_body(padding="x" * 17000)
         request(listener.port, creds.context(), "/v2/lifecycle-manager/event", big)
-        after = scrape(listener.metrics_port)
+        count = "watcher_listener_request_duration_seconds_count"
+        # The listener writes its totals a moment after it fell idle: wait until all three show.
+        deadline = time.monotonic() + 10
+        while (after := scrape(listener.metrics_port)).get(count, 0) - before.get(count, 0) < 3:
+            assert time.monotonic() < deadline, "the three requests never showed in the metrics"
+            time.sleep(0.02)
 
         def moved(name: str) -> float:
             return after.get(name, 0) - before.get(name, 0)

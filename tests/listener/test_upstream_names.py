@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 import urllib.request
 from urllib.parse import quote, quote_plus
 
@@ -56,7 +57,13 @@ def test_given_a_request_when_scraping_then_upstreams_duration_gauge_is_there_be
     )
     assert status == 200, body
 
-    found = families(listener.metrics_port)
+    # The listener writes its totals a moment after it fell idle: wait until the request shows.
+    deadline = time.monotonic() + 10
+    while not getattr(
+        (found := families(listener.metrics_port)).get("watcher_listener_request_duration"), "samples", None
+    ):
+        assert time.monotonic() < deadline, "the request never showed in the metrics"
+        time.sleep(0.02)
     upstream = found["watcher_listener_request_duration"]
     assert upstream.type == "gauge"
     [sample] = upstream.samples
