@@ -76,16 +76,24 @@ def moduleconfig_upsert(
 
 
 def moduleconfig_set_status(*, config: ModuleConfig, status: dict) -> bool:
-    """The module manager reports on its module; the Kyma is reconciled to reflect it."""
+    """The module manager reports on its module; the Kyma is reconciled to reflect it when what
+    the Kyma shows of it (state, message) changed: a report that only moves ``observedRevision``
+    (a manager acknowledging each new spec) is stored and streamed, and reconciles nothing."""
     with transaction.atomic():
         config = ModuleConfig.objects.select_for_update().get(pk=config.pk)
         if config.status == status:
             return False
+        shown = {key: (config.status or {}).get(key) for key in REFLECTED_STATUS}
         config.status = status
         config.revision = moduleconfig_revision_next()
         resource_save(config, before=config.spec_snapshot())
-        queue.request([config.kyma_id], reason="module status reported", urgent=True)
+        if shown != {key: status.get(key) for key in REFLECTED_STATUS}:
+            queue.request([config.kyma_id], reason="module status reported", urgent=True)
     return True
+
+
+# What a Kyma's reconcile takes from a ModuleConfig's status (``fleet.reconciler.modules``).
+REFLECTED_STATUS = ("state", "message")
 
 
 def syncresource_save(resource: SyncResource) -> bool:

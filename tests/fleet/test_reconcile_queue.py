@@ -337,3 +337,38 @@ def test_given_the_mark_stores_connection_dropped_when_events_follow_then_the_ne
     assert outcomes[-1] is True, outcomes
     assert [t.args for t in task_queue()] == [[kyma.pk]]
 
+
+def test_given_a_status_report_that_only_moves_observed_revision_then_it_is_stored_and_reconciles_nothing(
+    task_queue,
+):
+    from fleet.services.modules import moduleconfig_set_status, moduleconfig_upsert
+    from tests.factories import ModuleFactory
+
+    kyma = KymaFactory()
+    config, _ = moduleconfig_upsert(
+        kyma=kyma,
+        module=ModuleFactory(),
+        spec={"replicas": 1},
+        source_generation=1,
+        source_resource_version="1",
+    )
+    task_queue()
+    assert moduleconfig_set_status(
+        config=config, status={"state": "Ready", "message": "", "observedRevision": 1}
+    )
+    assert [t.args for t in task_queue()] == [[kyma.pk]]  # the Kyma shows the new state
+    queue.started(kyma.pk)
+    queue.start_urgent(kyma.pk)
+    before = type(config).objects.get(pk=config.pk).revision
+
+    assert moduleconfig_set_status(
+        config=config, status={"state": "Ready", "message": "", "observedRevision": 2}
+    )
+    stored = type(config).objects.get(pk=config.pk)
+    assert stored.status["observedRevision"] == 2 and stored.revision > before  # streamed to watchers
+    assert task_queue() == []
+
+    assert moduleconfig_set_status(
+        config=config, status={"state": "Error", "message": "x", "observedRevision": 2}
+    )
+    assert [t.args for t in task_queue()] == [[kyma.pk]]
