@@ -99,3 +99,52 @@ def test_a_manager_whose_state_is_ahead_of_the_control_plane_starts_over(tmp_pat
     web.stop()
     assert seen == [2]
     assert json.loads(state.read_text())["revision"] < 500
+
+
+class _Recording(Manager):
+    """A manager whose handling of an event is recorded (and held for config ``a`` at revision
+    1 until ``gate`` opens): what is under test is the dispatch around it."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(api="http://127.0.0.1:9/api/v1", token="t", module="keda", **kwargs)
+        self.gate = threading.Event()
+        self.holding = threading.Event()
+        self.done: list[tuple[str, int]] = []
+
+    def _on_event(self, event: dict) -> None:
+        meta = event["object"]["metadata"]
+        if (meta["uid"], meta["resourceVersion"]) == ("a", "1"):
+            self.holding.set()
+            assert self.gate.wait(10)
+        self.done.append((meta["uid"], int(meta["resourceVersion"])))
+
+
+def _event(uid: str, revision: int) -> dict:
+    return {"type": "MODIFIED", "object": {"metadata": {"uid": uid, "resourceVersion": str(revision)}}}
+
+
+def _until(check, what: str) -> None:
+    deadline = time.monotonic() + 10
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+def test_configs_are_handled_side_by_side_latest_first_and_progress_never_passes_one_in_hand(tmp_path):
+    state = tmp_path / "keda.state"
+    manager = _Recording(state_file=str(state), concurrency=4)
+    try:
+        manager._work.put(_event("a", 1))
+        # a@1 in hand first: had a@3 arrived while a@1 still waited, it would rightly replace it.
+        assert manager.holding.wait(10), "a@1 never reached a handler"
+        for uid, revision in [("b", 2), ("a", 3), ("a", 4), ("c", 5)]:
+            manager._work.put(_event(uid, revision))
+        _until(lambda: {("b", 2), ("c", 5)} <= set(manager.done), "b and c handled while a is held")
+        assert manager.revision == 0  # a at revision 1 is still in hand: a restart must repeat it
+        manager.gate.set()
+        _until(lambda: ("a", 4) in manager.done, "a's latest version handled")
+        _until(lambda: manager.revision == 5, "progress saved")
+        assert [item for item in manager.done if item[0] == "a"] == [("a", 1), ("a", 4)]  # 3 was replaced
+        assert json.loads(state.read_text())["revision"] == 5
+    finally:
+        manager.stop()
