@@ -24,7 +24,15 @@ from cryptography.fernet import Fernet
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def setup_django(name: str) -> None:
+    # A benchmark stopped with SIGTERM (kill, timeout) still runs its ``finally`` blocks, which stop
+    # the servers and workers it started in sessions of their own; left running, they kept taking
+    # tasks from the bench's broker database and CPU from the next run.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     # The project's packages come first, and bench/ (the script's directory) goes: bench/fleet.py
     # would otherwise shadow the fleet app.
     here = Path(__file__).resolve().parent
@@ -140,9 +148,15 @@ def start_listener(port: int, env: dict) -> subprocess.Popen:
 
 
 def start_workers(
-    count: int, *, pool: str = "prefork", concurrency: int = 1, **env: str
+    count: int, *, pool: str | None = None, concurrency: int | None = None, **env: str
 ) -> list[subprocess.Popen]:
-    """``count`` Celery worker processes (``concurrency`` pool slots each), in their own sessions."""
+    """``count`` Celery worker processes (``concurrency`` pool slots each), in their own sessions.
+    Without ``pool``/``concurrency``: the production defaults (``WORKER_POOL``,
+    ``WORKER_CONCURRENCY``)."""
+    from django.conf import settings
+
+    pool = pool or settings.CELERY_WORKER_POOL
+    concurrency = concurrency or settings.CELERY_WORKER_CONCURRENCY
     procs = []
     for number in range(count):
         argv = [

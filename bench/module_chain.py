@@ -58,6 +58,7 @@ if os.environ.get("BENCH_BROKER_URL"):
     os.environ["CELERY_BROKER_URL"] = os.environ["BENCH_BROKER_URL"]
 setup_django("module-chain")
 
+from django.conf import settings
 from django.contrib.auth.models import User
 
 from fleet import queue
@@ -319,7 +320,8 @@ def main() -> None:
     )
     print(
         f"database: {database_label()}; broker: {os.environ.get('CELERY_BROKER_URL', 'filesystem')}; "
-        f"{args.workers} worker processes; {os.cpu_count()} CPUs; "
+        f"{args.workers} worker processes ({settings.CELERY_WORKER_POOL} pool, "
+        f"{settings.CELERY_WORKER_CONCURRENCY} slots each); {os.cpu_count()} CPUs; "
         f"RECONCILE_MIN_SPACING {args.min_spacing} s\n"
         f"{args.runtimes} measured runtimes, {args.load_runtimes} load runtimes, "
         "each with a watcher process\n"
