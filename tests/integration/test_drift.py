@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import pytest
 from celery import current_app
+from django.utils import timezone
 
 from fleet.models import DriftCount, Kyma, ModuleConfig, ReconcileRecord
 from fleet.queue.requests import RECONCILE_TASK, kyma_reconcile_request, reconcile_queued
@@ -60,11 +61,17 @@ def last_record_id(kyma: Kyma) -> int:
 
 
 def reconcile_once(kyma: Kyma, worker) -> ReconcileRecord:
-    """Request a reconcile and wait for its record."""
-    since = last_record_id(kyma)
+    """Request a reconcile and wait for the record of one that started after the request (a
+    reconcile queued earlier, e.g. for the Kyma's kubeconfig, may start just before it and finish
+    just after: it read the runtime too early to count)."""
+    since, requested = last_record_id(kyma), timezone.now()
     kyma_reconcile_request([kyma.pk], reason="test")
     return eventually(
-        lambda: ReconcileRecord.objects.filter(kyma=kyma, pk__gt=since).order_by("pk").first(),
+        lambda: (
+            ReconcileRecord.objects.filter(kyma=kyma, pk__gt=since, started_at__gte=requested)
+            .order_by("pk")
+            .first()
+        ),
         "a reconcile",
         worker,
     )
