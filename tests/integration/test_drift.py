@@ -77,6 +77,14 @@ def reconcile_once(kyma: Kyma, worker) -> ReconcileRecord:
     )
 
 
+def correction(kyma: Kyma, since: int, kind: str) -> ReconcileRecord | None:
+    """The first reconcile after record ``since`` that corrected drift of a ``kind``."""
+    for record in ReconcileRecord.objects.filter(kyma=kyma, pk__gt=since).order_by("pk"):
+        if kind in [d["kind"] for d in record.drift_corrected]:
+            return record
+    return None
+
+
 def in_steady_state(kyma: Kyma, worker) -> None:
     """Reconcile until one finds nothing to do (the module reports Ready; everything applied)."""
 
@@ -163,11 +171,17 @@ def test_given_drift_in_the_runtime_when_the_next_reconcile_runs_then_it_is_corr
 ):
     runtime, kyma = synced
     counted = dict(DriftCount.objects.values_list("kind", "total"))
+    since, drifted_at = last_record_id(kyma), timezone.now()
     drift(runtime)
     assert not restored(runtime)
 
-    record = reconcile_once(kyma, worker)
+    kyma_reconcile_request([kyma.pk], reason="test")
+    record = eventually(lambda: correction(kyma, since, kind), f"the {kind} corrected", worker)
 
+    # The first reconcile that read the runtime after the drift corrected it: every one recorded
+    # before it had started earlier (e.g. one queued for the Kyma's kubeconfig, just then running).
+    earlier = ReconcileRecord.objects.filter(kyma=kyma, pk__gt=since, pk__lt=record.pk)
+    assert all(r.started_at < drifted_at for r in earlier), list(earlier.values("started_at", "reason"))
     assert restored(runtime), worker.output()
     assert record.runtime_writes >= 1
     assert kind in [d["kind"] for d in record.drift_corrected]
