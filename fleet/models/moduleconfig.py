@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from django.db import models, transaction
+from django.db import connection, models, transaction
 
 from kernel.documents import schema
 from kernel.models import NamespacedResourceModel
@@ -32,13 +32,20 @@ class RevisionCounter(models.Model):
 
     @classmethod
     def next(cls, name: str) -> int:
+        """The next value, in one statement (``UPDATE ... RETURNING``): the row stays locked until
+        the caller's transaction ends, so callers take it as late as they can."""
         if not transaction.get_connection().in_atomic_block:
             raise RuntimeError("RevisionCounter.next() must run inside a transaction")
-        cls.objects.get_or_create(name=name)
-        counter = cls.objects.select_for_update().get(name=name)
-        counter.value += 1
-        counter.save(update_fields=["value"])
-        return counter.value
+        table = connection.ops.quote_name(cls._meta.db_table)
+        sql = f"UPDATE {table} SET value = value + 1 WHERE name = %s RETURNING value"
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [name])
+            row = cursor.fetchone()
+            if row is None:  # the first use of this name
+                cls.objects.get_or_create(name=name)
+                cursor.execute(sql, [name])
+                row = cursor.fetchone()
+        return row[0]
 
 
 class ModuleConfig(NamespacedResourceModel):

@@ -12,7 +12,7 @@ from fleet.selectors import kyma_ids_using_module
 from kernel.errors import Conflict
 from kernel.services import deletion_begin, resource_save, stored_spec, upsert
 
-from .revisions import moduleconfig_revision_next
+from .revisions import moduleconfig_revision_stamp
 
 
 def module_save(module: Module) -> bool:
@@ -64,14 +64,12 @@ def moduleconfig_upsert(
                 )
                 config.save(update_fields=["source_generation", "source_resource_version", "updated_at"])
             return config, False
-        before = stored_spec(config)
+        before, created = stored_spec(config), config.pk is None
         config.spec = spec
         config.source_generation = source_generation
         config.source_resource_version = source_resource_version
-        config.revision = moduleconfig_revision_next()
-        if config.pk is None:
-            config.created_revision = config.revision
         resource_save(config, before=before)
+        moduleconfig_revision_stamp(config, created=created)  # last: see its docstring
     return config, True
 
 
@@ -85,10 +83,10 @@ def moduleconfig_set_status(*, config: ModuleConfig, status: dict) -> bool:
             return False
         shown = {key: (config.status or {}).get(key) for key in REFLECTED_STATUS}
         config.status = status
-        config.revision = moduleconfig_revision_next()
         resource_save(config, before=config.spec_snapshot())
         if shown != {key: status.get(key) for key in REFLECTED_STATUS}:
             queue.request([config.kyma_id], reason="module status reported", urgent=True)
+        moduleconfig_revision_stamp(config)  # last: see its docstring
     return True
 
 
