@@ -6,6 +6,8 @@ import logging
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.db import InterfaceError as DjangoInterfaceError
+from django.db import OperationalError as DjangoOperationalError
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponsePermanentRedirect, JsonResponse
 from django.urls import Resolver404, resolve
 from rest_framework import exceptions, status
@@ -36,7 +38,20 @@ def _flatten(detail: Any, path: list[str | int]) -> list[tuple[str, str]]:
     return [(format_path(path), str(detail))]
 
 
+# How long a client waits before it retries when the database cannot take its request.
+DATABASE_RETRY_AFTER = 1
+
+
 def exception_handler(exc: Exception, context: dict) -> Response | None:
+    if isinstance(exc, DjangoOperationalError | DjangoInterfaceError):
+        # The database is out of connections (e.g. many watches opening at once), restarting or
+        # unreachable: the request was not taken, and the client retries, as after any 503.
+        log.warning("database unavailable for %s: %s", getattr(context.get("request"), "path", "?"), exc)
+        return Response(
+            error_body("the database cannot take the request now; retry shortly"),
+            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": str(DATABASE_RETRY_AFTER)},
+        )
     if isinstance(exc, ApplicationError):
         return Response(error_body(exc.message, exc.errors), status=exc.status_code)
     if isinstance(exc, SealedSecretError):
