@@ -164,7 +164,11 @@ class RuntimeClient:
 
     # --- plumbing -----------------------------------------------------------------------------
 
-    def _call(
+    def _call(self, verb: str, method: str, path: str, **request: Any) -> Any:
+        """The parsed answer of one call (see :meth:`_exchange`)."""
+        return self._exchange(verb, method, path, **request)[1]
+
+    def _exchange(
         self,
         verb: str,
         method: str,
@@ -174,7 +178,8 @@ class RuntimeClient:
         query: list | None = None,
         body: Any = None,
         content_type: str = "application/json",
-    ) -> Any:
+    ) -> tuple[int, Any]:
+        """(HTTP status, parsed answer) of one call."""
         self.counts.add(verb)
         try:
             response = self.api.call_api(
@@ -191,7 +196,7 @@ class RuntimeClient:
         except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
             raise _translate(exc, what) from exc
         data = response.data
-        return json.loads(data) if data else {}
+        return response.status, json.loads(data) if data else {}
 
     @staticmethod
     def _prefix(api_version: str) -> str:
@@ -216,6 +221,16 @@ class RuntimeClient:
                     f"the runtime does not serve {kind} in {api_version}", status=404, reason="NotFound"
                 )
         return self._resources[key]
+
+    def learn(self, crd: dict[str, Any]) -> None:
+        """Plural and scope of a CRD's kinds, from the definition itself: for a CRD the control plane
+        installs (the Kyma's), whose names it decides, discovery would only echo them back."""
+        spec = crd["spec"]
+        group, names = spec["group"], spec["names"]
+        info = ResourceInfo(names["plural"], spec.get("scope") == "Namespaced")
+        for version in spec.get("versions") or ():
+            if version.get("served", True):
+                self._resources[(f"{group}/{version['name']}", names["kind"])] = info
 
     def _path(self, api_version: str, kind: str, namespace: str | None, name: str | None = None) -> str:
         info = self.resource(api_version, kind)
@@ -250,10 +265,14 @@ class RuntimeClient:
 
     def apply(self, obj: dict, *, force: bool = True) -> dict:
         """Server-side apply with the control plane's field manager (creates when missing)."""
+        return self.apply_created(obj, force=force)[0]
+
+    def apply_created(self, obj: dict, *, force: bool = True) -> tuple[dict, bool]:
+        """:meth:`apply`, and whether it created the object (the API server answers 201)."""
         meta = obj["metadata"]
         query = [("fieldManager", settings.RUNTIME_FIELD_MANAGER), ("force", "true" if force else "false")]
         path = self._path(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"])
-        return self._call(
+        status, answer = self._exchange(
             "apply",
             "PATCH",
             path,
@@ -262,6 +281,7 @@ class RuntimeClient:
             content_type=APPLY,
             what=f"apply {obj['kind']} {meta.get('namespace', '')}/{meta['name']}",
         )
+        return answer, status == 201
 
     def create(self, obj: dict) -> dict:
         meta = obj["metadata"]
@@ -323,9 +343,8 @@ class RuntimeClient:
         return True
 
     def ensure_namespace(self, name: str) -> bool:
-        """Create the namespace when missing; True when it was created."""
-        if self.get("v1", "Namespace", name) is not None:
-            return False
+        """Create the namespace when missing; True when it was created. One round trip: the
+        create itself says when it exists already (409)."""
         try:
             self.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
         except Exists:

@@ -7,7 +7,8 @@ synced manifests) are read every reconcile; the rest (CRDs, the PriorityClass, N
 Services) are known good for ``RUNTIME_RECHECK_INTERVAL`` once verified, and when due, the ones of
 one kind and namespace are read in one labelled list instead of one GET each. When each was last
 seen in place is kept on the Kyma (written with its status: no extra query), so every worker
-process knows it, and the memory costs nothing per process.
+process knows it, and the memory costs nothing per process. An object never seen in place (a new
+runtime's first reconcile) is applied without a read: there is nothing to compare it with.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def prefetch(ctx: ReconcileContext, docs: Iterable[dict[str, Any]]) -> None:
     groups: dict[tuple[str, str, str], list[ObjectKey]] = defaultdict(list)
     for doc in docs:
         key = key_of(doc)
-        if key not in ctx.listed:
+        if key not in ctx.listed and not never_seen(ctx, doc):
             groups[key[:3]].append(key)
     for (api_version, kind, namespace), keys in groups.items():
         if len(keys) < 2:
@@ -63,6 +64,14 @@ def prefetch(ctx: ReconcileContext, docs: Iterable[dict[str, Any]]) -> None:
         found = {(item.get("metadata") or {}).get("name"): item for item in items}
         for key in keys:
             ctx.listed[key] = found.get(key[3])
+
+
+def never_seen(ctx: ReconcileContext, doc: dict[str, Any]) -> bool:
+    """Whether the control plane never saw ``doc``'s object in place in this runtime (nothing in
+    ``Kyma.runtime_verified``: a new runtime's first reconcile). There is nothing to compare then:
+    the object is applied without reading it first (server-side apply changes nothing when it
+    happens to be there already with this content), and no labelled list is made for it."""
+    return "|".join(key_of(doc)) not in ctx.verified
 
 
 def verified_recently(ctx: ReconcileContext, key: str, digest: str) -> bool:
@@ -100,7 +109,8 @@ def apply_if_changed(
     ctx.step()
     if not every_time and not needs_check(ctx, doc):
         return doc
-    live = live_object(ctx, doc)
+    unread = key_of(doc) not in ctx.listed and never_seen(ctx, doc)  # nothing to compare with
+    live = None if unread else live_object(ctx, doc)
     drift = False
     if carries_hash(live, doc):
         if not drifted(doc, live):
@@ -111,10 +121,11 @@ def apply_if_changed(
         drift = True  # deleted in the runtime
     if drift:
         ctx.drift.append(describe(doc))  # the timeline says "drift corrected: ..." for it
-    ctx.client.apply(doc)
+    _, created = ctx.client.apply_created(doc)
     _verified(ctx, doc, every_time=every_time)
     if not drift:
-        ctx.change("applied", resource=resource_name(doc), action="created" if live is None else "updated")
+        action = "created" if created else "adopted (it was there already)" if unread else "updated"
+        ctx.change("applied", resource=resource_name(doc), action=action)
     return None
 
 

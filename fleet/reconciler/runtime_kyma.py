@@ -47,8 +47,11 @@ def kyma_crd() -> dict[str, Any]:
 
 
 def ensure_crd(ctx: ReconcileContext, *, every_time: bool = False) -> None:
-    """Rechecked every ``RUNTIME_RECHECK_INTERVAL`` (the Kyma read right after fails if it went)."""
-    apply_if_changed(ctx, kyma_crd(), every_time=every_time)
+    """Rechecked every ``RUNTIME_RECHECK_INTERVAL`` (the Kyma read right after fails if it went).
+    The client learns the Kyma's plural and scope from the CRD: no discovery call for them."""
+    crd = kyma_crd()
+    ctx.client.learn(crd)
+    apply_if_changed(ctx, crd, every_time=every_time)
 
 
 def desired(kyma: Kyma) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """Built-in kinds are addressed without discovery: their plural and scope are Kubernetes' own (the
 emulator serves them as a conformant API server does), and a runtime's first reconcile asks
-discovery only about the custom resources (the Kyma CRD's group, module CRs)."""
+discovery only about the module CRs (the Kyma's plural and scope come from the CRD the control
+plane installs)."""
 
 from __future__ import annotations
 
