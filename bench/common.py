@@ -132,7 +132,8 @@ def wait_port(port: int, proc: subprocess.Popen, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
+            said = proc.stderr.read().decode(errors="replace")[-3000:] if proc.stderr else ""
+            raise RuntimeError(f"server exited with {proc.returncode}:\n{said}")
         with socket.socket() as sock:
             if sock.connect_ex(("127.0.0.1", port)) == 0:
                 return

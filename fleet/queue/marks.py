@@ -63,10 +63,11 @@ class ReconcileFlags(Protocol):
         changes: Sequence[str] = (),
         fallback: dt.datetime | None = None,
     ) -> tuple[bool, dt.datetime]:
-        """Mark one Kyma in one round trip. Returns (this call claimed it, the ETA of the task):
-        a claim is for a task due at ``eta``, or later while the Kyma is spaced (:meth:`space`);
-        else the task already queued from now on does not read before ``need`` (``None``: no
-        such time) and checks ``changes`` too. Past ``MAX_CHANGES`` on one mark, further changes
+        """Mark one Kyma in one round trip. Returns (this call claimed it, the earliest time the
+        task reads the runtime): a claim is for a task due at ``eta``, or later while the Kyma is
+        spaced (:meth:`space`); else the task already queued from now on does not read before
+        ``need`` (``None``: no such time) and checks ``changes`` too, and the time returned is the
+        later of its ETA and its "not before". Past ``MAX_CHANGES`` on one mark, further changes
         ask for ``fallback`` as "not before" instead. An ETA set on another host counts only
         ``LISTENER_CLOCK_SKEW`` earlier (that host's clock may run ahead)."""
 
@@ -184,8 +185,9 @@ class DatabaseFlags:
                 marked >= wanted + _skew() or (not_before is not None and not_before >= wanted)
             ):
                 update["reconcile_not_before"] = wanted
+            start = max(marked, update.get("reconcile_not_before") or not_before or marked)
             if not update:
-                return False, marked
+                return False, start
             raised = Kyma.objects.filter(
                 id=kyma_id,
                 reconcile_queued_at=marked,
@@ -193,7 +195,7 @@ class DatabaseFlags:
                 reconcile_changes=held,
             ).update(**update)
             if raised:
-                return False, marked
+                return False, start
         raise RuntimeError(f"the reconcile mark of Kyma {kyma_id} keeps changing; giving up")
 
     def claim_urgent(self, kyma_ids: Sequence[int], now: dt.datetime) -> list[int]:
@@ -252,7 +254,8 @@ class DatabaseFlags:
 # A mark is "<eta> <not before>" in Unix seconds ("0": none), then one line per change to check.
 # KEYS: the mark, the Kyma's "spaced until" hint. ARGV: eta, need ("0": none), ttl, skew, now,
 # changes (one per line, "" for none), most changes per mark, need when there are more ("0": none).
-# Returns {1, eta} when it claimed the mark (the ETA raised to the hint), else {0, eta of the mark}.
+# Returns {1, eta} when it claimed the mark (the ETA raised to the hint), else {0, the later of the
+# mark's ETA and its "not before"}: the queued task reads the runtime no earlier than that.
 _CLAIM_ONE = """
 local value = redis.call('get', KEYS[1])
 if not value then
@@ -307,6 +310,7 @@ if need > 0 and (tonumber(eta) or 0) < need + tonumber(ARGV[4]) and (tonumber(no
 elseif changed then
   redis.call('set', KEYS[1], eta .. ' ' .. not_before .. tail, 'KEEPTTL')
 end
+if (tonumber(not_before) or 0) > (tonumber(eta) or 0) then return {0, not_before} end
 return {0, eta}
 """
 

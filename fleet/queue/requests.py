@@ -153,10 +153,11 @@ def kyma_reconcile_request_one(
 ) -> tuple[bool, dt.datetime]:
     """The hot path of one WatchEvent: one round trip when a task is already queued.
 
-    Returns (queued a task, its ETA). The reconcile that covers this request starts no earlier
-    than that ETA, and never reads the runtime earlier than ``margin`` seconds from now: when the
-    queued task is due sooner, the mark records that and the task waits. Callers may skip asking
-    again for requests that arrive more than ``margin`` before the ETA.
+    Returns (queued a task, the earliest time the task reads the runtime). The reconcile that
+    covers this request starts no earlier than its ETA, and never reads the runtime earlier than
+    ``margin`` seconds from now: when the queued task is due sooner, the mark records that and the
+    task waits (the time returned is then the later of the two). Callers may skip asking again
+    for requests that arrive more than ``margin`` before the time returned.
 
     With ``change`` (the event said which change it saw) there is no margin: the reconcile
     checks that the runtime stored the change before it reads (:mod:`.changes`), so the task

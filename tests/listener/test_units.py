@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 from urllib.parse import quote
 
 import pytest
@@ -151,14 +152,33 @@ class TestCoverage:
         assert coverage.request(kyma.pk) is False
         assert queue.started(kyma.pk) >= asked_at + dt.timedelta(seconds=0.2)
 
-    def test_given_someone_elses_old_mark_then_no_window_is_assumed(self, settings):
-        settings.LISTENER_RECONCILE_DELAY = 0.1
+    def test_given_an_overdue_task_then_an_event_makes_it_wait_the_delay_and_covers_what_follows(
+        self, settings
+    ):
+        """The workers lag: the queued task is overdue. Without a window every event would ask."""
+        settings.LISTENER_RECONCILE_DELAY, settings.LISTENER_EVENT_MARGIN = 0.5, 0.05
+        settings.LISTENER_CLOCK_SKEW = 0.025
+        kyma = KymaFactory()
+        five_seconds_ago = timezone.now() - dt.timedelta(seconds=5)
+        queue.flags().claim([kyma.pk], five_seconds_ago, five_seconds_ago)
+        coverage = queue.Coverage()
+        asked_at, asked_mono = timezone.now(), time.monotonic()
+        assert coverage.request(kyma.pk) is False  # joined the queued task
+        window = coverage._until[kyma.pk] - asked_mono
+        assert 0.3 < window < 0.5 - 0.05 - 0.025 + 0.01  # the delay, less the margin and the skew
+        assert coverage.request(kyma.pk) is False  # covered: no round trip
+        assert queue.started(kyma.pk) >= asked_at + dt.timedelta(seconds=0.5)  # the task waits
+
+    def test_given_no_margin_then_an_overdue_task_is_not_made_to_wait(self, settings):
+        settings.LISTENER_RECONCILE_DELAY, settings.LISTENER_EVENT_MARGIN = 0.5, 0
         kyma = KymaFactory()
         five_seconds_ago = timezone.now() - dt.timedelta(seconds=5)
         queue.flags().claim([kyma.pk], five_seconds_ago, five_seconds_ago)
         coverage = queue.Coverage()
         assert coverage.request(kyma.pk) is False
         assert kyma.pk not in coverage._until
+        not_before = queue.started(kyma.pk)
+        assert not_before is None or not_before <= timezone.now()
 
 
 @pytest.mark.django_db
