@@ -14,6 +14,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
+from kmock import KubernetesError
 
 from runtime_emulator import catalog, patches, podsecurity
 from runtime_emulator.admission import UserInfo
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from runtime_emulator.emulator import RuntimeEmulator
 
 T = TypeVar("T")
+CONFLICT_RETRIES = 5  # edit_as_user: reads again after a 409 Conflict, as a user would
 PATCH_TYPES = {"merge": patches.MERGE, "strategic": patches.STRATEGIC, "json": patches.JSON_PATCH}
 
 
@@ -114,17 +116,29 @@ class UserActions:
         user: str = "test-user",
         field_manager: str = "kubectl-edit",
     ) -> dict[str, Any]:
-        """Like ``kubectl edit``: read, let ``mutate`` change the copy in place, PUT it back."""
+        """Like ``kubectl edit``: read, let ``mutate`` change the copy in place, PUT it back.
+
+        The PUT carries the resourceVersion read, so a write by someone else in between (a
+        controller updating the status while an admission webhook is called) is a 409 Conflict:
+        then the object is read again and ``mutate`` applied to the fresh copy, as a user would
+        (and as client-go's ``RetryOnConflict`` does), up to ``CONFLICT_RETRIES`` times."""
         rtype = self.resource_type(resource)
         emulator = self._self()
 
         async def edit() -> dict[str, Any]:
-            obj = patches.clone(emulator.engine.get(rtype, namespace, name))
-            mutate(obj)
-            write = Write(
-                "update", rtype, namespace, name, body=obj, field_manager=field_manager, user=_user(user)
-            )
-            return (await emulator.engine.write(write)).body
+            retries = CONFLICT_RETRIES
+            while True:
+                obj = patches.clone(emulator.engine.get(rtype, namespace, name))
+                mutate(obj)
+                write = Write(
+                    "update", rtype, namespace, name, body=obj, field_manager=field_manager, user=_user(user)
+                )
+                try:
+                    return (await emulator.engine.write(write)).body
+                except KubernetesError as error:
+                    if error.reason != "Conflict" or retries == 0:
+                        raise
+                    retries -= 1
 
         return self._run(edit())
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import json
+from collections.abc import Callable
 
 import pytest
 from kubernetes import client, watch
 
-from runtime_emulator import RuntimeEmulator
+from runtime_emulator import KubernetesError, RuntimeEmulator
 from tests.runtime_emulator.helpers import deployment
 
 
@@ -72,6 +74,47 @@ def test_given_a_stale_resource_version_when_replacing_then_409_conflict(core: c
     assert raised.value.status == 409 and _status(raised)["reason"] == "Conflict"
     assert "the object has been modified" in _status(raised)["message"]
     assert core.read_namespaced_config_map("cm", "default").data == {"v": "2"}
+
+
+def _written_meanwhile(runtime: RuntimeEmulator, times: int) -> Callable[[dict], None]:
+    """An edit that, the first ``times`` times it runs, finds someone else stored a new version of
+    the ConfigMap between the user's read and the user's PUT (a controller writing its status)."""
+    calls = []
+
+    def mutate(obj: dict) -> None:
+        calls.append(obj["metadata"]["resourceVersion"])
+        if len(calls) <= times:
+            other = copy.deepcopy(obj)
+            other["data"]["other"] = str(len(calls))
+            runtime.store.put(runtime.resource_type("configmaps").storage, other, "MODIFIED")
+        obj["data"]["v"] = "edited"
+
+    mutate.calls = calls  # type: ignore[attr-defined]
+    return mutate
+
+
+def test_given_a_write_between_read_and_put_when_editing_as_a_user_then_the_edit_is_redone_on_the_new_version(
+    core: client.CoreV1Api, runtime: RuntimeEmulator
+):
+    core.create_namespaced_config_map("default", {"metadata": {"name": "cm"}, "data": {"v": "1"}})
+    mutate = _written_meanwhile(runtime, times=2)
+
+    edited = runtime.edit_as_user("configmaps", "cm", mutate, "default")
+
+    assert edited["data"] == {"v": "edited", "other": "2"}  # nobody's write is lost
+    assert len(mutate.calls) == 3 and len(set(mutate.calls)) == 3  # each time on a fresh read
+
+
+def test_given_writes_between_every_read_and_put_when_editing_as_a_user_then_the_conflict_is_raised(
+    core: client.CoreV1Api, runtime: RuntimeEmulator
+):
+    core.create_namespaced_config_map("default", {"metadata": {"name": "cm"}, "data": {"v": "1"}})
+
+    with pytest.raises(KubernetesError) as raised:
+        runtime.edit_as_user("configmaps", "cm", _written_meanwhile(runtime, times=100), "default")
+
+    assert raised.value.status == 409 and raised.value.reason == "Conflict"
+    assert core.read_namespaced_config_map("cm", "default").data["v"] == "1"
 
 
 def test_given_a_current_resource_version_when_replacing_then_the_update_is_stored(core: client.CoreV1Api):
