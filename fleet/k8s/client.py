@@ -290,6 +290,7 @@ class RuntimeClient:
             "create",
             "POST",
             path,
+            query=[("fieldManager", settings.RUNTIME_FIELD_MANAGER)],
             body=obj,
             what=f"create {obj['kind']} {meta.get('namespace', '')}/{meta['name']}",
         )

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleet.k8s.client import Gone
+from fleet.k8s.client import Exists, Gone
 from fleet.models import KymaState, Module, ModuleConfig
 from fleet.services import modules as module_services
 from kernel.documents.hashing import document_hash
@@ -131,7 +131,6 @@ def _one(
     changed: list[int],
 ) -> ModuleOutcome:
     doc = module_resource(module, ctx.kyma.runtime_id)
-    meta = doc["metadata"]
     key, digest = "|".join(key_of(doc)), document_hash(doc)
     reported = ((config.status if config else {}) or {}).get("state")
     if ctx.events_trusted and reported and verified_recently(ctx, key, digest):
@@ -145,11 +144,17 @@ def _one(
             _tracking(doc),
             generation=config.source_generation,
         )
+    creates = entry.get("customResourcePolicy") == "CreateAndDelete"
     try:
-        live = ctx.client.get(doc["apiVersion"], doc["kind"], meta["name"], meta["namespace"])
-        if live is None and entry.get("customResourcePolicy") == "CreateAndDelete":
-            live = ctx.client.apply(doc)
-            ctx.change("applied", resource=resource_name(doc), action=f"created (module {module.name})")
+        # Never seen in this runtime (a first reconcile): created without a read first; the API
+        # server's 409 says when it is there already (a user's or an earlier control plane's).
+        live = None if creates and key not in ctx.verified else _read(ctx, doc)
+        if live is None and creates:
+            try:
+                live = ctx.client.create(doc)
+                ctx.change("applied", resource=resource_name(doc), action=f"created (module {module.name})")
+            except Exists:
+                live = _read(ctx, doc)
     except Gone as exc:
         ctx.verified.pop(key, None)
         return ModuleOutcome(
@@ -194,6 +199,11 @@ def _one(
         _tracking(doc),
         generation=live_meta.get("generation", 0),
     )
+
+
+def _read(ctx: ReconcileContext, doc: dict[str, Any]) -> dict[str, Any] | None:
+    meta = doc["metadata"]
+    return ctx.client.get(doc["apiVersion"], doc["kind"], meta["name"], meta["namespace"])
 
 
 def owned_resources(ctx: ReconcileContext) -> dict[str, dict[str, Any]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from fleet.models import Kyma, ReconcileRecord
+from fleet.models import Kyma, ModuleConfig, ReconcileRecord
 from fleet.reconciler.run import kyma_reconcile_run
 from pki import services as pki
 from runtime_emulator.emulator import RuntimeEmulator
@@ -23,7 +23,9 @@ APPLIED_BLIND = (
     "services",
     "validatingwebhookconfigurations.admissionregistration.k8s.io",
     "namespaces",
+    "kedas.operator.kyma-project.io",  # the module's default CR (policy CreateAndDelete)
 )
+KEDAS = "operator.kyma-project.io/v1alpha1/kedas"
 
 
 @pytest.fixture
@@ -60,6 +62,33 @@ def test_a_first_reconcile_applies_without_reading_first(runtime):
     assert runtime.get_object("namespaces", "kyma-system") is not None
     kyma.refresh_from_db()
     assert changes_of(kyma)["Secret kyma-system/skr-webhook-tls"] == "created"
+    assert runtime.counts.count("create", "kedas.operator.kyma-project.io") == 1
+    assert runtime.get_object(KEDAS, "default", "kyma-system")["spec"] == {"replicas": 1}
+    assert changes_of(kyma)["Keda kyma-system/default"] == "created (module keda)"
+
+
+def test_a_module_cr_a_user_wrote_before_the_first_reconcile_is_kept_as_written(runtime):
+    """The create is answered 409; the user's CR is then read, and its spec is the config's."""
+    runtime.create_as_user({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kyma-system"}})
+    runtime.create_as_user(
+        {
+            "apiVersion": "operator.kyma-project.io/v1alpha1",
+            "kind": "Keda",
+            "metadata": {"name": "default", "namespace": "kyma-system"},
+            "spec": {"replicas": 7},
+        }
+    )
+    before = runtime.get_object(KEDAS, "default", "kyma-system")
+    kyma = connected_kyma(runtime)
+
+    kyma_reconcile_run(kyma.pk)
+
+    after = runtime.get_object(KEDAS, "default", "kyma-system")
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert ModuleConfig.objects.get(kyma=kyma).spec == {"replicas": 7}
+    assert runtime.counts.count("get", "kedas.operator.kyma-project.io") == 1
+    kyma.refresh_from_db()
+    assert "Keda kyma-system/default" not in changes_of(kyma)
 
 
 def test_later_reconciles_read_and_compare_and_write_nothing(runtime):
