@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -63,13 +63,16 @@ def _unchanged(obj: ResourceModel, differs: set[str] | None) -> list[str]:
     return [f.name for f in obj._meta.concrete_fields if f.name not in checked]
 
 
-def resource_save(obj: M, *, before: dict | None) -> bool:
+def resource_save(obj: M, *, before: dict | None, vouched: Iterable[str] = ()) -> bool:
     """Validate and save ``obj``; bump ``generation`` when its spec differs from ``before``, and
     ``resource_version`` when anything stored changes (so a write that changes nothing keeps it).
 
     An update validates the fields it changes (and the model's own ``clean``): an unchanged
     reference or unique key was checked when it was stored, and checking it again cost a query
-    each (four of a SyncResource update's 23; bench/module_chain.py's web role).
+    each (four of a SyncResource update's 23; bench/module_chain.py's web role). ``vouched``
+    names fields the caller answers for, skipped too, with every unique key they are part of:
+    references to rows it holds locked, keys only the database can enforce race-free anyway
+    (a violation is then an IntegrityError instead of a validation message).
 
     Returns whether the spec changed (always true for a new object).
     """
@@ -80,7 +83,7 @@ def resource_save(obj: M, *, before: dict | None) -> bool:
     if before is not None and (differs is None or differs):
         obj.resource_version += 1
     try:
-        obj.full_clean(exclude=_unchanged(obj, differs))
+        obj.full_clean(exclude=[*_unchanged(obj, differs), *vouched])
     except DjangoValidationError as exc:
         raise ValidationFailed.from_django(exc) from exc
     obj.save()

@@ -4,13 +4,13 @@ a change touches."""
 from __future__ import annotations
 
 import pytest
-from django.db import connection
+from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from fleet.models import SyncResource
+from fleet.models import ModuleConfig, SyncResource
 from kernel.errors import ValidationFailed
 from kernel.services import resource_save, stored_spec
-from tests.factories import SyncResourceFactory
+from tests.factories import KymaFactory, ModuleFactory, SyncResourceFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -39,3 +39,25 @@ def test_given_an_unchanged_invalid_value_then_a_new_object_is_still_refused():
     resource = SyncResourceFactory.build(name="Not A DNS Name!")
     with pytest.raises(ValidationFailed):
         resource_save(resource, before=None)
+
+
+def _new_config(kyma, module) -> ModuleConfig:
+    return ModuleConfig(kyma=kyma, module=module, namespace=kyma.namespace, name=f"{kyma.name}-{module.name}")
+
+
+def test_given_vouched_fields_when_creating_then_they_are_not_queried_and_the_database_keeps_the_key():
+    kyma, module = KymaFactory(), ModuleFactory()
+    with CaptureQueriesContext(connection) as queries:
+        assert resource_save(_new_config(kyma, module), before=None, vouched=("kyma", "module", "uid"))
+    assert [q["sql"].split()[0] for q in queries.captured_queries] == ["INSERT"]  # no lookups, no probes
+
+    with pytest.raises(IntegrityError), transaction.atomic():  # the same (kyma, module) once more
+        resource_save(_new_config(kyma, module), before=None, vouched=("kyma", "module", "uid"))
+
+
+def test_given_nothing_vouched_when_creating_then_references_and_keys_are_checked():
+    kyma, module = KymaFactory(), ModuleFactory()
+    resource_save(_new_config(kyma, module), before=None)
+    with pytest.raises(ValidationFailed) as refused:
+        resource_save(_new_config(kyma, module), before=None)
+    assert "already exists" in str(refused.value.errors) or "already exists" in refused.value.message
