@@ -150,7 +150,7 @@ class RuntimeClient:
 
     @classmethod
     def from_kubeconfig(cls, kubeconfig: str) -> RuntimeClient:
-        docs = load_documents(kubeconfig, source="kubeconfig")
+        docs = load_documents(kubeconfig, source="kubeconfig", stored=True)  # validated when set
         configuration = k8s.Configuration()
         k8s_config.load_kube_config_from_dict(docs[0], client_configuration=configuration)
         configuration.retries = urllib3.Retry(total=0, connect=1, read=0, redirect=0)

@@ -38,16 +38,17 @@ def manifest_identity(doc: dict[str, Any]) -> tuple[str, str, str, str]:
     return group, doc["kind"], metadata.get("namespace") or "", metadata["name"]
 
 
-def parse_manifests(text: str) -> list[dict[str, Any]]:
+def parse_manifests(text: str, *, stored: bool = False) -> list[dict[str, Any]]:
     """Parse and check a multi-document YAML stream of Kubernetes objects.
 
     Each document needs ``apiVersion``, ``kind`` and ``metadata.name`` (strings), and no object
     may appear twice. Raises ``ValidationError`` naming the document (1-based) and the field.
+    ``stored``: the text was validated when it was stored (see ``load_documents``).
     """
     if len(text.encode()) > MAX_MANIFEST_BYTES:
         raise ValidationError(f"manifests are larger than {MAX_MANIFEST_BYTES // 1024} KiB")
     try:
-        docs = load_documents(text, source="manifests")
+        docs = load_documents(text, source="manifests", stored=stored)
     except DocumentError as exc:
         raise ValidationError(str(exc)) from exc
     if len(docs) > MAX_MANIFESTS:
@@ -128,8 +129,9 @@ class SyncResource(NamespacedResourceModel):
         if refusals:
             raise ValidationError({"manifests": [f"manifests[{r.index}]: {r.reason}" for r in refusals]})
 
-    def parsed_manifests(self) -> list[dict[str, Any]]:
-        return parse_manifests(self.manifests)
+    def parsed_manifests(self, *, stored: bool = False) -> list[dict[str, Any]]:
+        """The manifests as objects; ``stored``: as read from the database (validated on save)."""
+        return parse_manifests(self.manifests, stored=stored)
 
     @property
     def state(self) -> str:

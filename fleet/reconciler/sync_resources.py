@@ -129,7 +129,7 @@ def sync(ctx: ReconcileContext) -> None:
         if resource.is_deleting:
             _finish_deletion(ctx, resource)
             continue
-        manifests = resource.parsed_manifests()
+        manifests = resource.parsed_manifests(stored=True)
         docs = sorted(manifests, key=lambda d: ORDER.get(d.get("kind"), 2))
         old = {identity(e): e for e in resource.manifest_status}
         if FINALIZER not in resource.finalizers:

@@ -26,10 +26,18 @@ class _Loader(yaml.SafeLoader):
     """SafeLoader that keeps timestamps as strings (Kubernetes treats them as strings)."""
 
 
-_Loader.yaml_implicit_resolvers = {
-    key: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for key, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
+class _StoredLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """The same with libyaml (C) when PyYAML has it, as its wheels do. It is several times
+    faster, but nesting far past ``MAX_DEPTH`` overflows its C stack and kills the process instead
+    of raising RecursionError: only for text this control plane stored after loading it with
+    :class:`_Loader` (see ``load_documents(stored=True)``)."""
+
+
+for _loader in (_Loader, _StoredLoader):
+    _loader.yaml_implicit_resolvers = {
+        key: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+        for key, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
 
 
 class _Dumper(yaml.SafeDumper):
@@ -46,10 +54,13 @@ def _str_presenter(dumper: yaml.SafeDumper, data: str) -> yaml.Node:
 _Dumper.add_multi_representer(str, _str_presenter)
 
 
-def load_documents(text: str | bytes, *, source: str = "input") -> list[dict[str, Any]]:
+def load_documents(text: str | bytes, *, source: str = "input", stored: bool = False) -> list[dict[str, Any]]:
     """Parse one or many YAML (or JSON) documents into a list of mappings.
 
     ``kind: List`` documents are flattened into their ``items``; empty documents are skipped.
+    ``stored``: the text was loaded by this function when it was stored (a Kyma's kubeconfig, a
+    SyncResource's manifests), so its nesting is known to be bounded: libyaml parses it. Every
+    new runtime client parses a kubeconfig, and every reconcile of synced manifests parses them.
     """
     if isinstance(text, bytes):
         if len(text) > MAX_INPUT_BYTES:
@@ -61,7 +72,7 @@ def load_documents(text: str | bytes, *, source: str = "input") -> list[dict[str
     if len(text) > MAX_INPUT_BYTES:
         raise DocumentError(f"{source}: larger than {MAX_INPUT_BYTES // (1024 * 1024)} MiB")
     try:
-        raw = list(yaml.load_all(text, Loader=_Loader))
+        raw = list(yaml.load_all(text, Loader=_StoredLoader if stored else _Loader))
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"

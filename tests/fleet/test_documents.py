@@ -189,3 +189,20 @@ class TestKubeconfigSecret:
     def test_given_secrets_when_listing_kinds_then_secrets_are_not_listable(self):
         with pytest.raises(ApplicationError):
             registry.for_name("secrets")
+
+
+class TestStoredText:
+    """Stored text (validated when it was stored) is parsed by libyaml: to the very same objects."""
+
+    MIXED = (
+        "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: ConfigMap, metadata: {name: a}}\n"
+        "---\nwhen: 2024-01-01T10:00:00Z\nflags: [yes, no, on, 'off', ~, 0x1F, 1.5e3, .inf]\n"
+        'text: |\n  two\n  lines\nanchor: &x {k: v}\nalias: *x\nunicode: "\\u00e9\\t"\n---\n'
+    )
+
+    @pytest.mark.parametrize("text", [UPSTREAM_KYMA, UPSTREAM_WATCHER, MIXED])
+    def test_given_stored_text_then_libyaml_gives_what_the_python_loader_gives(self, text):
+        assert load_documents(text, stored=True) == load_documents(text)
+
+    def test_given_stored_text_then_timestamps_stay_strings(self):
+        assert load_documents(self.MIXED, stored=True)[1]["when"] == "2024-01-01T10:00:00Z"
