@@ -27,9 +27,9 @@ class _Loader(yaml.SafeLoader):
 
 
 class _StoredLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
-    """The same with libyaml (C) when PyYAML has it, as its wheels do. It is several times
-    faster, but nesting far past ``MAX_DEPTH`` overflows its C stack and kills the process instead
-    of raising RecursionError: only for text this control plane stored after loading it with
+    """The same, parsing with libyaml (C) when PyYAML has it, as its wheels do. Nesting far past
+    ``MAX_DEPTH`` overflows libyaml's C stack and kills the process instead of raising
+    RecursionError: only for text this control plane stored after loading it with
     :class:`_Loader` (see ``load_documents(stored=True)``)."""
 
 
