@@ -9,6 +9,7 @@ directory because ``ssl`` loads keys only from files.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -27,11 +28,18 @@ log = logging.getLogger(__name__)
 
 
 def _write_private(path: Path, data: bytes) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
-    tmp.replace(path)
+    """Replace ``path`` at once with ``data`` (mode 0600). The temporary file is this writer's own,
+    so two writers on one directory (two ``serve listener`` on one state directory) never move
+    each other's half-written file or find theirs gone."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
 
 
 def write_material(directory: Path) -> dict[str, str]:
