@@ -8,6 +8,7 @@ column so a user can find them.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -71,16 +72,9 @@ def load_documents(text: str | bytes, *, source: str = "input", stored: bool = F
             raise DocumentError(f"{source}: not UTF-8 text ({exc})") from exc
     if len(text) > MAX_INPUT_BYTES:
         raise DocumentError(f"{source}: larger than {MAX_INPUT_BYTES // (1024 * 1024)} MiB")
-    try:
-        raw = list(yaml.load_all(text, Loader=_StoredLoader if stored else _Loader))
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
-        raise DocumentError(f"{source}: invalid YAML at {where}: {exc.problem}") from exc
-    except yaml.YAMLError as exc:
-        raise DocumentError(f"{source}: invalid YAML: {exc}") from exc
-    except RecursionError:
-        raise DocumentError(str(too_deep(source))) from None
+    raw = _json_documents(text)
+    if raw is None:
+        raw = _yaml_documents(text, source=source, stored=stored)
     try:
         for doc in raw:
             check_nesting(doc, source=source)
@@ -100,6 +94,40 @@ def load_documents(text: str | bytes, *, source: str = "input", stored: bool = F
         else:
             documents.append(doc)
     return documents
+
+
+_SEPARATOR = re.compile(r"^---[ \t]*$", re.MULTILINE)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _json_documents(text: str) -> list[Any] | None:
+    """The documents when every one of them is a JSON object (``---`` lines between them), as
+    module managers and kubectl's JSON output write them; ``None`` for anything else, which the
+    YAML loader then reads. JSON is YAML's subset for such objects, except that JSON numbers like
+    ``1e5`` are numbers (YAML 1.1 reads them as strings; Kubernetes as numbers)."""
+    chunks = [chunk.strip() for chunk in _SEPARATOR.split(text)]
+    if not any(chunks) or not all(chunk.startswith("{") for chunk in chunks if chunk):
+        return None
+    try:
+        return [json.loads(chunk, parse_constant=_refuse_constant) for chunk in chunks if chunk]
+    except (ValueError, RecursionError):
+        return None  # not JSON after all (or too deep for it): the YAML loader says what is wrong
+
+
+def _yaml_documents(text: str, *, source: str, stored: bool) -> list[Any]:
+    try:
+        return list(yaml.load_all(text, Loader=_StoredLoader if stored else _Loader))
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
+        raise DocumentError(f"{source}: invalid YAML at {where}: {exc.problem}") from exc
+    except yaml.YAMLError as exc:
+        raise DocumentError(f"{source}: invalid YAML: {exc}") from exc
+    except RecursionError:
+        raise DocumentError(str(too_deep(source))) from None
 
 
 def dump_yaml(documents: Iterable[dict[str, Any]]) -> str:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import base64
+import json
 
 import pytest
 
 from fleet.models import Kyma
 from kernel.documents import registry
-from kernel.documents.yamlio import dump_yaml, load_documents
+from kernel.documents.yamlio import DocumentError, _json_documents, _yaml_documents, dump_yaml, load_documents
 from kernel.errors import ApplicationError
 from watchers.models import Watcher
 
@@ -206,3 +207,61 @@ class TestStoredText:
 
     def test_given_stored_text_then_timestamps_stay_strings(self):
         assert load_documents(self.MIXED, stored=True)[1]["when"] == "2024-01-01T10:00:00Z"
+
+
+class TestJsonDocuments:
+    """JSON objects between ``---`` lines (what the SDK's managers send) are read by the JSON
+    parser, to what the YAML loader gives for them; anything else still goes to the YAML loader."""
+
+    DOCS = (
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "kyma-system"}},
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "d", "labels": {"app": "x"}},
+            "spec": {
+                "replicas": 3,
+                "paused": False,
+                "ratio": 0.25,
+                "note": None,
+                "args": ["--a=1", 'é \t \u2603 \\ "q"', "2024-01-01T10:00:00Z", "yes", "0x1F"],
+            },
+        },
+    )
+
+    @pytest.mark.parametrize("separator", ["\n---\n", "\n---  \n\n", "\n---\n---\n"])
+    @pytest.mark.parametrize("indent", [None, 2])
+    def test_given_json_documents_then_they_are_what_the_yaml_loader_gives(self, separator, indent):
+        text = separator.join(json.dumps(doc, indent=indent) for doc in self.DOCS)
+        assert _json_documents(text) is not None  # the JSON parser read it
+        yaml_read = [d for d in _yaml_documents(text, source="t", stored=False) if d is not None]
+        assert load_documents(text) == load_documents(text, stored=True) == yaml_read == list(self.DOCS)
+
+    @pytest.mark.parametrize(
+        "text",
+        [
+            '{"a": 1}\n---\nb: 2\n',  # YAML after JSON
+            '--- {"a": 1}\n',  # a document start marker on the JSON's line
+            '# comment\n{"a": 1}\n',
+            '{"a": NaN}\n',  # not JSON: YAML reads a plain string
+            "{a: 1}\n",  # YAML flow mapping, not JSON
+        ],
+    )
+    def test_given_text_that_is_not_only_json_objects_then_the_yaml_loader_reads_it(self, text):
+        assert _json_documents(text) is None
+        assert load_documents(text) == [d for d in _yaml_documents(text, source="t", stored=False) if d]
+
+    def test_given_json_with_a_syntax_error_then_the_error_names_line_and_column(self):
+        with pytest.raises(DocumentError, match=r"manifests: invalid YAML at line 3, column 11"):
+            load_documents('{"a": 1}\n---\n{"b": [1, }\n', source="manifests")
+
+    def test_given_json_nested_past_the_bound_then_it_is_refused_without_crashing(self):
+        deep = '{"a": ' * 100_000 + "1" + "}" * 100_000
+        with pytest.raises(DocumentError, match="nest"):
+            load_documents(deep, source="manifests")
+        shallow_but_too_deep = '{"a": ' * 200 + "1" + "}" * 200
+        with pytest.raises(DocumentError, match="nest"):
+            load_documents(shallow_but_too_deep, source="manifests")
+
+    def test_given_json_exponent_numbers_then_they_are_numbers_as_in_kubernetes(self):
+        assert load_documents('{"a": 1e5, "b": 2E-1}') == [{"a": 100000.0, "b": 0.2}]
