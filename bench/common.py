@@ -250,3 +250,40 @@ class RawClient:
         if b"connection: close" in lowered:
             self.close()
         return status
+
+
+def _processes() -> dict[int, tuple[int, str, float]]:
+    """pid -> (parent pid, command name, CPU seconds used) of every process now."""
+    tick = os.sysconf("SC_CLK_TCK")
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        name, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
+        found[int(entry.name)] = (int(rest[1]), name, (int(rest[11]) + int(rest[12])) / tick)
+    return found
+
+
+def cpu_by_role(roots: dict[str, list[int]], by_name: dict[str, str] | None = None) -> dict[str, float]:
+    """CPU seconds used so far by each role: its root processes and all their live descendants
+    (``roots``), plus processes by command name (``by_name``: name -> role, e.g. postgres)."""
+    table = _processes()
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _, _) in table.items():
+        children.setdefault(parent, []).append(pid)
+    used = dict.fromkeys([*roots, *(by_name or {}).values()], 0.0)
+    for role, pids in roots.items():
+        todo = list(pids)
+        while todo:
+            pid = todo.pop()
+            if pid in table:
+                used[role] += table[pid][2]
+                todo += children.get(pid, [])
+    for _, name, seconds in table.values():
+        if by_name and name in by_name:
+            used[by_name[name]] += seconds
+    return used

@@ -28,6 +28,7 @@ Goals: (a) p99 ≤ 1 s, (b) p99 ≤ 2 s, (c) p99 ≤ 200 ms. The last line is
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import itertools
 import json
@@ -44,6 +45,7 @@ from pathlib import Path
 
 from common import (
     ROOT,
+    cpu_by_role,
     database_label,
     free_port,
     percentile,
@@ -60,9 +62,11 @@ setup_django("module-chain")
 
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.db import connection
+from django.utils import timezone
 
 from fleet import queue
-from fleet.models import Kyma, Module, ReconcileRecord
+from fleet.models import Kyma, Module, ModuleConfig, ReconcileRecord, SyncResource
 from fleet.services import modules as module_services
 from kernel.api_tokens import api_token_create
 from kernel.documents.yamlio import dump_yaml
@@ -144,8 +148,49 @@ def set_replicas(value: int) -> object:
 DEADLINE = 30.0  # seconds an edit may take before it counts as not applied
 
 
+class Stages:
+    """With ``--trace``: when each measured edit reached the ModuleConfig (event + first
+    reconcile) and the SyncResource (watch + manager + API), polled by the edit's wait loop."""
+
+    def __init__(self, kymas: dict[str, Kyma]) -> None:
+        self.kymas = kymas
+        self.config: list[float] = []
+        self.sync: list[float] = []
+
+    def poll(self, runtime: object, value: int, started: float, seen: dict[str, float]) -> None:
+        kyma = self.kymas[runtime.name]
+        if "config" not in seen:
+            spec = ModuleConfig.objects.filter(kyma=kyma).values_list("spec", flat=True).first() or {}
+            if spec.get("replicas") == value:
+                seen["config"] = time.monotonic() - started
+        if "sync" not in seen:
+            manifests = SyncResource.objects.filter(kyma=kyma).values_list("manifests", flat=True).first()
+            if manifests and f'"replicas": {value},' in manifests:
+                seen["sync"] = time.monotonic() - started
+
+    def add(self, seen: dict[str, float], total: float) -> None:
+        self.config.append(seen.get("config", total))
+        self.sync.append(seen.get("sync", total))
+
+    def report(self, latencies: list[float]) -> None:
+        steps = (
+            ("edit -> ModuleConfig", self.config, [0.0] * len(self.config)),
+            ("ModuleConfig -> SyncResource", self.sync, self.config),
+            ("SyncResource -> runtime", latencies, self.sync),
+        )
+        for label, ends, starts in steps:
+            spans = [max(0.0, end - start) for end, start in zip(ends, starts, strict=True)]
+            print(f"    {label}: p50 {ms(spans, 50):.0f} ms, p99 {ms(spans, 99):.0f} ms")
+        self.config, self.sync = [], []
+
+
 def measure(
-    runtimes: list, samples: int, values: itertools.count, *, give_up_after: int = 0
+    runtimes: list,
+    samples: int,
+    values: itertools.count,
+    *,
+    give_up_after: int = 0,
+    stages: Stages | None = None,
 ) -> tuple[list[float], int]:
     """Edit the keda CR in the runtimes one after another; seconds until the Deployment follows.
 
@@ -159,9 +204,14 @@ def measure(
         value = next(values)
         started = time.monotonic()
         runtime.edit_as_user("Keda", "default", set_replicas(value), "kyma-system")
+        seen: dict[str, float] = {}
         while replicas(runtime) != value and time.monotonic() - started < DEADLINE:
+            if stages:
+                stages.poll(runtime, value, started, seen)
             time.sleep(0.005)
         latencies.append(min(time.monotonic() - started, DEADLINE))
+        if stages:
+            stages.add(seen, latencies[-1])
         if replicas(runtime) != value:
             missed += 1
             if missed >= give_up_after:
@@ -187,6 +237,86 @@ def load(runtimes: list, rate: float, stop: threading.Event, done: list[int], sl
         done[slot] += 1
         due += interval
         stop.wait(max(0.0, due - time.monotonic()))
+
+
+def role_usage(roles: dict[str, list[int]]) -> dict[str, float]:
+    """CPU seconds so far per role; ``runtimes`` is this process and its other children: the
+    emulated API servers, their runtime watcher processes and the load generators."""
+    used = cpu_by_role({**roles, "all": [os.getpid()]}, {"postgres": "postgres"})
+    used["runtimes"] = used.pop("all") - sum(used[role] for role in roles)
+    return used
+
+
+def report_usage(before: dict[str, float], after: dict[str, float], elapsed: float, edits: int) -> None:
+    spent = {role: after[role] - before[role] for role in after}
+    print(
+        f"    CPU meanwhile ({sum(spent.values()) / elapsed:.2f} of {os.cpu_count()} cores), "
+        f"per edit made: "
+        + ", ".join(
+            f"{role} {seconds / elapsed:.2f} cores {seconds * 1000 / max(edits, 1):.1f} ms"
+            for role, seconds in sorted(spent.items(), key=lambda item: -item[1])
+        )
+    )
+
+
+class LockWaits:
+    """On PostgreSQL, samples twice a second which statements wait on a lock (``--trace``)."""
+
+    def __init__(self) -> None:
+        self.samples = 0
+        self.waiting: dict[str, int] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> LockWaits:
+        if connection.vendor == "postgresql":
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        if self.thread.is_alive():
+            self.thread.join()
+
+    def _run(self) -> None:
+        try:
+            while not self.stop.wait(0.5):
+                with connection.cursor() as cursor:
+                    cursor.execute(
+                        "SELECT left(regexp_replace(query, '\\s+', ' ', 'g'), 70) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                    )
+                    rows = cursor.fetchall()
+                self.samples += 1
+                for (query,) in rows:
+                    self.waiting[query] = self.waiting.get(query, 0) + 1
+        finally:
+            connection.close()
+
+    def report(self) -> None:
+        if not self.samples:
+            return
+        total = sum(self.waiting.values()) / self.samples
+        print(f"    PostgreSQL sessions waiting on a lock: {total:.1f} on average")
+        for query, count in sorted(self.waiting.items(), key=lambda item: -item[1])[:3]:
+            print(f"      {count / self.samples:.1f} at: {query}")
+
+
+def wait_quiet(since: int, limit: float = 180) -> float:
+    """Seconds until the workers are done with what the load left (no reconcile started for 3 s),
+    so (c) measures the fan-out to the watches, not the load's backlog."""
+    started = time.monotonic()
+    while time.monotonic() - started < limit:
+        last = (
+            ReconcileRecord.objects.filter(pk__gt=since)
+            .order_by("-pk")
+            .values_list("started_at", flat=True)
+            .first()
+        )
+        if last is None or (timezone.now() - last).total_seconds() > 3:
+            break
+        time.sleep(0.5)
+    return time.monotonic() - started
 
 
 def open_watch(port: int, key: str, since: int) -> http.client.HTTPResponse:
@@ -295,6 +425,9 @@ def main() -> None:
     parser.add_argument("--watches", type=int, default=100, help="open watches for (c)")
     parser.add_argument("--rounds", type=int, default=10, help="changes every watch must see in (c)")
     parser.add_argument("--workers", type=int, default=2, help="Celery worker processes")
+    parser.add_argument(
+        "--trace", action="store_true", help="also print where each edit's time went (polls the database)"
+    )
     parser.add_argument("--min-spacing", type=float, default=1.0, help="RECONCILE_MIN_SPACING of the workers")
     args = parser.parse_args()
 
@@ -358,8 +491,13 @@ def main() -> None:
                 kymas = register(measured, "mc") + register(loaded, "mc-load")
                 converge(measured + loaded, kymas)
                 values = itertools.count(2)
-                rest, _ = measure(measured, args.samples, values)
+                stages = (
+                    Stages({r.name: k for r, k in zip(measured, kymas, strict=False)}) if args.trace else None
+                )
+                rest, _ = measure(measured, args.samples, values, stages=stages)
                 report("(a) at rest", rest)
+                if stages:
+                    stages.report(rest)
 
                 threads = min(LOAD_THREADS, len(loaded))
                 stop, done = threading.Event(), [0] * threads
@@ -371,23 +509,37 @@ def main() -> None:
                     )
                     for slot in range(threads)
                 ]
-                started, since = time.monotonic(), last_record_id()
+                roles = {
+                    "workers": [w.pid for w in workers],
+                    "web": [web.pid],
+                    "listener": [listener.pid],
+                    "manager": [manager.pid],
+                }
+                started, since, usage = time.monotonic(), last_record_id(), role_usage(roles)
                 for generator in generators:
                     generator.start()
-                busy, missed = measure(measured, args.samples, values, give_up_after=3)
+                with LockWaits() if args.trace else contextlib.nullcontext() as locks:
+                    busy, missed = measure(measured, args.samples, values, give_up_after=3, stages=stages)
                 stop.set()
                 for generator in generators:
                     generator.join()
                 elapsed = time.monotonic() - started
+                usage_after = role_usage(roles)
                 rate = sum(done) / elapsed
                 reconciles = ReconcileRecord.objects.filter(pk__gt=since).count() / elapsed
                 report(f"(b) under {rate:.0f} edits/s across {args.load_runtimes} runtimes", busy)
                 print(f"    the workers ran {reconciles:.1f} reconciles/s meanwhile")
+                report_usage(usage, usage_after, elapsed, sum(done) + len(busy))
+                if stages:
+                    stages.report(busy)
+                if locks:
+                    locks.report()
                 if missed:
                     print(
                         f"    saturated: {missed} of {len(busy)} edits not applied within {DEADLINE:.0f} s "
                         f"(counted as {DEADLINE:.0f} s: the p99 is a lower bound); (b) stopped there"
                     )
+                print(f"    the load's backlog took {wait_quiet(since):.1f} s more to drain")
             finally:
                 host.run(kubelet.aclose())
         watched = fan_out(web_port, key, args.watches, args.rounds, web.pid)
