@@ -221,6 +221,11 @@ def serving(server: subprocess.Popen, port: int, warm_up: tuple | None = None) -
             warm(port, *warm_up)
         yield
     finally:
+        stop_server(server)
+
+
+def stop_server(server: subprocess.Popen) -> None:
+    if server.poll() is None:
         server.terminate()
         server.wait(20)
 
@@ -292,7 +297,9 @@ def start_drf(port: int, env: dict) -> subprocess.Popen:
     drf_env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     config = ROOT / "deploy" / "gunicorn" / "listener.py"
     argv = [sys.executable, "-m", "gunicorn", "-c", str(config), "bench.listener_drf.wsgi:application"]
-    return subprocess.Popen(argv, cwd=ROOT, env=drf_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        argv, cwd=ROOT, env=drf_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
 
 
 def report(label: str, result: dict) -> None:
@@ -362,6 +369,8 @@ def main() -> None:
     }
     slices: dict[str, list[dict]] = {row: [] for row in rows}
     with contextlib.ExitStack() as stack:
+        for server, _ in rows.values():  # all stopped, even when one of them fails to start
+            stack.callback(stop_server, server)
         for row, (server, row_path) in rows.items():
             stack.enter_context(serving(server, ports[row], (row_path, files, ca_file)))
         for _ in range(args.rounds):
