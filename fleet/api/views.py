@@ -240,6 +240,18 @@ class ModuleConfigViewSet(ModuleScopedViewSet):
     # Written by the control plane; module managers only report status (the action below).
     ordering = ("revision",)
 
+    def dispatch(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        """A watch takes its turn to open (:class:`watch.OpeningTurn`) before authentication
+        queries the database; the stream gives it back after its catch-up."""
+        if request.method != "GET" or request.GET.get("watch") not in ("true", "1") or "id" in kwargs:
+            return super().dispatch(request, *args, **kwargs)
+        self._opening = watch.OpeningTurn()
+        try:
+            return super().dispatch(request, *args, **kwargs)
+        finally:
+            if not isinstance(getattr(self, "_stream", None), watch.WatchStream):
+                self._opening.release()  # refused before streaming
+
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Any:
         if request.query_params.get("watch") in ("true", "1"):
             return self._watch(request)
@@ -277,6 +289,12 @@ class ModuleConfigViewSet(ModuleScopedViewSet):
             raise ValidationFailed(
                 "unknown module", errors=[("module", f"no module {module!r} in the catalog")]
             )
+        opening = getattr(self, "_opening", None)
+        if opening is not None and not opening.held:
+            raise WatchCapacityFull(
+                f"this web process could not open the watch within {watch.OPENING_WAIT:.0f} s "
+                "(others are opening); retry shortly"
+            )
         if not watch.CAPACITY.acquire(blocking=False):
             raise WatchCapacityFull(
                 f"this web process already serves {settings.WEB_WATCH_THREADS} watches (WEB_WATCH_THREADS); "
@@ -287,7 +305,8 @@ class ModuleConfigViewSet(ModuleScopedViewSet):
         except BaseException:
             watch.CAPACITY.release()
             raise
-        stream = watch.WatchStream(since=since, module=module, slot_id=slot.pk, timeout=timeout)
+        stream = watch.WatchStream(since=since, module=module, slot_id=slot.pk, timeout=timeout, turn=opening)
+        self._stream = stream
         response = StreamingHttpResponse(stream, content_type="application/json;stream=watch")
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"  # a buffering proxy would hold the lines back

@@ -45,6 +45,9 @@ log = logging.getLogger(__name__)
 HUB_LOG_SIZE = 10_000
 # Seconds between reads while PostgreSQL LISTEN or Redis pub/sub is unavailable.
 DEGRADED_POLL = 0.5
+# Seconds before LISTEN (or pub/sub) is tried again after it failed (e.g. the database was out of
+# connections for a moment): meanwhile watches are woken by polling, every DEGRADED_POLL.
+LISTEN_RETRY = 5.0
 
 
 class Change(NamedTuple):
@@ -206,7 +209,7 @@ class ChangeHub:
                         waker = _waker()
                     except (psycopg.Error, redis.RedisError, OSError) as exc:
                         log.warning("watch announcements unavailable (%s): polling meanwhile", exc)
-                        waker, retry_at = _Waker(), time.monotonic() + 30
+                        waker, retry_at = _Waker(), time.monotonic() + LISTEN_RETRY
                 self._read()
                 if time.monotonic() >= renew_at:
                     renew_at = time.monotonic() + settings.MODULECONFIG_WATCH_BOOKMARK_INTERVAL
@@ -247,6 +250,27 @@ class ChangeHub:
 HUB = ChangeHub()
 # Watches this process may serve at once: its WEB_WATCH_THREADS.
 CAPACITY = threading.BoundedSemaphore(settings.WEB_WATCH_THREADS)
+# Watches of this process that open at once. Opening uses the database (authentication, the slot,
+# the catch-up) and a waiting watch uses none, so a burst of managers opening their watches takes
+# at most this many connections per process, not one each (100 at once exhausted PostgreSQL's
+# max_connections, and the hub's LISTEN fell back to polling).
+OPENING_AT_ONCE = 4
+OPENING_WAIT = 30.0  # seconds a watch waits for its turn to open before the answer is 503
+OPENING = threading.BoundedSemaphore(OPENING_AT_ONCE)
+
+
+class OpeningTurn:
+    """One watch's turn to open: taken before its request touches the database, given back (with
+    the thread's connection closed) once its catch-up is read, or when it fails before that."""
+
+    def __init__(self) -> None:
+        self.held = OPENING.acquire(timeout=OPENING_WAIT)
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            connection.close()
+            OPENING.release()
 
 
 def _line(kind: str, document: dict[str, Any]) -> bytes:
@@ -265,9 +289,17 @@ class WatchStream:
     the client went away, even if streaming never began) gives back the slot and the thread."""
 
     def __init__(
-        self, *, since: int, module: str, slot_id: int, timeout: float, hub: ChangeHub = HUB
+        self,
+        *,
+        since: int,
+        module: str,
+        slot_id: int,
+        timeout: float,
+        hub: ChangeHub = HUB,
+        turn: OpeningTurn | None = None,
     ) -> None:
         self.since, self.module, self.slot_id, self.timeout, self.hub = since, module, slot_id, timeout, hub
+        self.turn = turn
         self.closed = False
         with hub.cond:
             hub.slots.add(slot_id)
@@ -293,7 +325,11 @@ class WatchStream:
         hub.ensure_started()
         with hub.cond:
             cursor = hub.end_index  # subscribed before the catch-up: the two overlap
-        seen, lines = self._catch_up(self.since)
+        try:
+            seen, lines = self._catch_up(self.since)
+        finally:
+            if self.turn is not None:
+                self.turn.release()
         yield from lines
         yield bookmark(seen, initial_end=True)
         now = time.monotonic()
@@ -324,6 +360,8 @@ class WatchStream:
         if self.closed:
             return
         self.closed = True
+        if self.turn is not None:
+            self.turn.release()  # never streamed (the client left first)
         with self.hub.cond:
             self.hub.slots.discard(self.slot_id)
         try:

@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 
+from fleet.api import watch as watch_module
 from fleet.models import Kyma, ModuleConfig, ModuleConfigDeletion
 from fleet.services import modules as module_services
 from fleet.services import revisions
@@ -229,5 +231,64 @@ def test_watches_never_take_the_threads_of_other_requests(key):
             conn.request("GET", "/api/v1/moduleconfigs/", headers={"Authorization": f"Token {key}"})
             assert conn.getresponse().status == 200
             conn.close()
+    finally:
+        proc.stop()
+
+
+def database_connections() -> int | None:
+    """Connections to this test database now (PostgreSQL); ``None`` where nothing counts them."""
+    if connection.vendor != "postgresql":
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()")
+        return cursor.fetchone()[0]
+
+
+def test_a_burst_of_watches_opens_on_a_bounded_number_of_database_connections(key):
+    # Given a web process with room for 40 watches, one of them open (the hub is listening).
+    burst = 40
+    proc, url = start_web(WEB_WATCH_THREADS=str(burst + 1), MODULECONFIG_WATCH_PER_CREDENTIAL=str(burst + 1))
+    try:
+        ModuleFactory(name="keda")
+        first = Watch(url, key, "module=keda")
+        assert first.response.status == 200
+        first.until_bookmark()
+        before = database_connections()
+        # When 40 managers open their watches at the same moment...
+        peak, stop = [before or 0], threading.Event()
+
+        def sample() -> None:
+            try:
+                while not stop.is_set():
+                    peak.append(database_connections() or 0)
+            finally:
+                connection.close()
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        start, opened = threading.Barrier(burst), []
+
+        def open_one() -> None:
+            start.wait()
+            watch = Watch(url, key, "module=keda")
+            if watch.response.status == 200:
+                watch.until_bookmark(timeout=60)
+            opened.append(watch)
+
+        openers = [threading.Thread(target=open_one) for _ in range(burst)]
+        for thread in openers:
+            thread.start()
+        for thread in openers:
+            thread.join()
+        stop.set()
+        sampler.join()
+        # ...every one of them opens and streams (none refused for a lack of connections)...
+        assert sorted(w.response.status for w in opened) == [200] * burst
+        # ...and the process never used more connections than it opens watches at once (plus the
+        # sampler's own; the hub's were there before).
+        if before is not None:
+            assert max(peak) - before <= watch_module.OPENING_AT_ONCE + 1, (before, max(peak))
+        for watch in [first, *opened]:
+            watch.close()
     finally:
         proc.stop()
