@@ -101,7 +101,7 @@ def syncresource_save(resource: SyncResource) -> bool:
     """Validate and store manifests for a runtime; its Kyma is reconciled on change."""
     if resource.is_deleting:
         raise Conflict(f"SyncResource {resource.key} is being deleted; it cannot be changed")
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):  # see syncresource_apply
         resource.namespace = resource.kyma.namespace if resource.kyma_id else resource.namespace
         changed = resource_save(resource, before=stored_spec(resource))
         if changed:
@@ -109,7 +109,7 @@ def syncresource_save(resource: SyncResource) -> bool:
     return changed
 
 
-@transaction.atomic
+@transaction.atomic(savepoint=False)
 def syncresource_apply(
     *,
     kyma: Kyma,
@@ -128,6 +128,8 @@ def syncresource_apply(
         "labels": labels or {},
         "annotations": annotations or {},
     }
+    # Its own transaction, or part of the caller's without savepoints (two round trips each, on
+    # the manager's hot path): an error rolls back to the caller's nearest savepoint, if any.
     key = {"kyma": kyma, "module": module, "name": name}
     resource, created = upsert(SyncResource, key, {"namespace": kyma.namespace, **fields}, syncresource_save)
     return resource, created

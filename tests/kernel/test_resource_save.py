@@ -8,6 +8,8 @@ from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from fleet.models import ModuleConfig, SyncResource
+from kernel.documents import registry
+from kernel.documents.registry import DocumentsInvalid
 from kernel.errors import ValidationFailed
 from kernel.services import resource_save, stored_spec
 from tests.factories import KymaFactory, ModuleFactory, SyncResourceFactory
@@ -61,3 +63,46 @@ def test_given_nothing_vouched_when_creating_then_references_and_keys_are_checke
     with pytest.raises(ValidationFailed) as refused:
         resource_save(_new_config(kyma, module), before=None)
     assert "already exists" in str(refused.value.errors) or "already exists" in refused.value.message
+
+
+def test_given_a_manager_updates_its_sync_resource_through_the_api_then_no_savepoint_is_made(api):
+    # The test runs in a transaction, so the document's own transaction is the one savepoint; the
+    # services under it (apply, save) join it instead of making two more.
+    resource = SyncResourceFactory()
+    doc = {
+        "apiVersion": "controlplane.kyma-project.io/v1alpha1",
+        "kind": "SyncResource",
+        "metadata": {"name": resource.name, "namespace": resource.namespace},
+        "spec": {
+            "kyma": resource.kyma.name,
+            "module": resource.module.name,
+            "manifests": resource.manifests + "\n# changed\n",
+        },
+    }
+    with CaptureQueriesContext(connection) as queries:
+        answer = api.post("/api/v1/syncresources/", doc, format="json")
+    assert answer.status_code == 200, answer.content
+    savepoints = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("SAVEPOINT")]
+    assert len(savepoints) == 1, savepoints
+    assert SyncResource.objects.get(pk=resource.pk).manifests.endswith("# changed\n")
+
+
+def test_given_one_of_several_documents_fails_in_its_service_then_every_problem_is_still_reported():
+    resource = SyncResourceFactory()
+    resource.deletion_timestamp = resource.created_at  # being deleted: the save service refuses it
+    resource.finalizers = ["test"]
+    resource.save()
+    other = SyncResourceFactory(kyma=resource.kyma, module=resource.module, name="other")
+
+    def doc(obj: SyncResource) -> dict:
+        return {
+            "apiVersion": "controlplane.kyma-project.io/v1alpha1",
+            "kind": "SyncResource",
+            "metadata": {"name": obj.name, "namespace": obj.namespace},
+            "spec": {"kyma": obj.kyma.name, "module": obj.module.name, "manifests": obj.manifests + "\n#x\n"},
+        }
+
+    with pytest.raises(DocumentsInvalid) as refused:
+        registry.apply_documents([doc(resource), doc(other), {"kind": "Nope"}])
+    assert len(refused.value.failures) == 2  # the deleting one and the unknown kind; none applied
+    assert not SyncResource.objects.get(pk=other.pk).manifests.endswith("#x\n")
