@@ -23,7 +23,7 @@ def upsert(
     obj = model.objects.select_for_update().filter(**key).first()
     created = obj is None
     obj = obj or model(**key)
-    for field, value in fields.items():
+    for field, value in {**key, **fields}.items():  # the key's objects too: no query to get them again
         setattr(obj, field, value)
     save(obj)
     return obj, created

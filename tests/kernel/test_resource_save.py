@@ -8,6 +8,7 @@ from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from fleet.models import ModuleConfig, SyncResource
+from fleet.services import modules as module_services
 from kernel.documents import registry
 from kernel.documents.registry import DocumentsInvalid
 from kernel.errors import ValidationFailed
@@ -106,3 +107,16 @@ def test_given_one_of_several_documents_fails_in_its_service_then_every_problem_
         registry.apply_documents([doc(resource), doc(other), {"kind": "Nope"}])
     assert len(refused.value.failures) == 2  # the deleting one and the unknown kind; none applied
     assert not SyncResource.objects.get(pk=other.pk).manifests.endswith("#x\n")
+
+
+def test_given_a_sync_resource_update_through_the_service_then_its_kyma_and_module_are_not_read_again():
+    resource = SyncResourceFactory()
+    kyma, module = resource.kyma, resource.module
+    with CaptureQueriesContext(connection) as queries:
+        module_services.syncresource_apply(
+            kyma=kyma, module=module, name=resource.name, manifests=resource.manifests + "\n# changed\n"
+        )
+    tables = [
+        q["sql"].split(" FROM ")[1].split()[0] for q in queries.captured_queries if " FROM " in q["sql"]
+    ]
+    assert '"controlplane_kyma"' not in tables and '"controlplane_module"' not in tables, tables
