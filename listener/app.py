@@ -26,6 +26,7 @@ from typing import Any
 
 from django.db import DatabaseError, close_old_connections
 
+from kernel.dberrors import database_unavailable
 from kernel.errors import ApplicationError, error_body
 
 from . import metrics, services
@@ -139,6 +140,9 @@ def handle(environ: dict[str, Any]) -> tuple[int, dict[str, Any], list[tuple[str
             metrics.FAILED_VERIFICATION.labels(reason="not-allowed").inc()
         return exc.status_code, error_body(exc.message, exc.errors), [], label
     except DatabaseError as exc:
+        if not database_unavailable(exc):  # a bug, not a busy database
+            log.exception("unexpected database error in the listener")
+            return 500, error_body("internal error"), [], label
         log.warning("database unavailable while accepting a request: %s", exc)
         close_old_connections()
         return 503, error_body("the control plane's database is unavailable; retry"), [], label

@@ -6,14 +6,13 @@ import logging
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.db import InterfaceError as DjangoInterfaceError
-from django.db import OperationalError as DjangoOperationalError
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponsePermanentRedirect, JsonResponse
 from django.urls import Resolver404, resolve
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from kernel.dberrors import database_unavailable
 from kernel.documents.schema import format_path
 from kernel.errors import ApplicationError, error_body, summarize
 from kernel.sealing import SealedSecretError
@@ -43,7 +42,7 @@ DATABASE_RETRY_AFTER = 1
 
 
 def exception_handler(exc: Exception, context: dict) -> Response | None:
-    if isinstance(exc, DjangoOperationalError | DjangoInterfaceError):
+    if database_unavailable(exc):
         # The database is out of connections (e.g. many watches opening at once), restarting or
         # unreachable: the request was not taken, and the client retries, as after any 503.
         log.warning("database unavailable for %s: %s", getattr(context.get("request"), "path", "?"), exc)
