@@ -243,7 +243,7 @@ class ModuleConfigViewSet(ModuleScopedViewSet):
     def dispatch(self, request: Any, *args: Any, **kwargs: Any) -> Any:
         """A watch takes its turn to open (:class:`watch.OpeningTurn`) before authentication
         queries the database; the stream gives it back after its catch-up."""
-        if request.method != "GET" or request.GET.get("watch") not in ("true", "1") or "id" in kwargs:
+        if request.method != "GET" or not _watch_asked(request.GET) or "id" in kwargs:
             return super().dispatch(request, *args, **kwargs)
         self._opening = watch.OpeningTurn()
         try:
@@ -253,7 +253,7 @@ class ModuleConfigViewSet(ModuleScopedViewSet):
                 self._opening.release()  # refused before streaming
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Any:
-        if request.query_params.get("watch") in ("true", "1"):
+        if _watch_asked(request.query_params):
             return self._watch(request)
         return super().list(request, *args, **kwargs)
 
@@ -340,6 +340,10 @@ class RevisionFromElsewhere(ApplicationError):
 class WatchCapacityFull(ApplicationError):
     status_code = 503
     code = "watch_capacity_full"
+
+
+def _watch_asked(params: Any) -> bool:
+    return params.get("watch") in ("true", "1")
 
 
 def _whole_number(params: Any, name: str, default: int) -> int:
