@@ -29,7 +29,8 @@ def database_unavailable(exc: BaseException) -> bool:
     if state:
         return state.startswith(_PG_UNAVAILABLE)
     message = str(exc).lower()
-    if isinstance(cause, sqlite3.Error) or any(m in message for m in _SQLITE_UNAVAILABLE):
-        return any(m in message for m in _SQLITE_UNAVAILABLE)
+    sqlite_busy = any(m in message for m in _SQLITE_UNAVAILABLE)
+    if sqlite_busy or isinstance(cause, sqlite3.Error):
+        return sqlite_busy
     # No SQLSTATE: psycopg could not connect at all (no session yet), or nothing says more.
     return cause is None or isinstance(cause, psycopg.OperationalError)
