@@ -284,10 +284,12 @@ def test_a_burst_of_watches_opens_on_a_bounded_number_of_database_connections(ke
         sampler.join()
         # ...every one of them opens and streams (none refused for a lack of connections)...
         assert sorted(w.response.status for w in opened) == [200] * burst
-        # ...and the process never used more connections than it opens watches at once (plus the
-        # sampler's own; the hub's were there before).
+        # ...and the process used a few connections for them, not one each: those it opens watches
+        # with at once, the sampler's own, and backends of connections just closed, which stay in
+        # pg_stat_activity a moment on a busy machine (up to 6 more were seen in CI; one per
+        # watch, as before the opening turns, was 26 more).
         if before is not None:
-            assert max(peak) - before <= watch_module.OPENING_AT_ONCE + 1, (before, max(peak))
+            assert max(peak) - before <= 3 * watch_module.OPENING_AT_ONCE, (before, max(peak))
         for watch in [first, *opened]:
             watch.close()
     finally:
