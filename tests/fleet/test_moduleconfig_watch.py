@@ -247,7 +247,11 @@ def database_connections() -> int | None:
 def test_a_burst_of_watches_opens_on_a_bounded_number_of_database_connections(key):
     # Given a web process with room for 40 watches, one of them open (the hub is listening).
     burst = 40
-    proc, url = start_web(WEB_WATCH_THREADS=str(burst + 1), MODULECONFIG_WATCH_PER_CREDENTIAL=str(burst + 1))
+    proc, url = start_web(
+        WEB_WATCH_THREADS=str(burst + 1),
+        MODULECONFIG_WATCH_PER_CREDENTIAL=str(burst + 1),
+        MODULECONFIG_WATCH_BOOKMARK_INTERVAL="0.5",  # a watch's reader lets go of it at a line
+    )
     try:
         ModuleFactory(name="keda")
         first = Watch(url, key, "module=keda")
