@@ -52,40 +52,47 @@ def moduleconfig_revision_next() -> int:
     return value
 
 
-def moduleconfig_revision_stamp(config: ModuleConfig, *, created: bool = False) -> int:
+# The deferred constraint trigger that stamps revisions at commit on PostgreSQL (migration 0014).
+STAMP_TRIGGER = "controlplane_moduleconfig_stamp"
+PENDING = -1  # a revision the commit will stamp
+
+
+def moduleconfig_revision_stamp(config: ModuleConfig, *, created: bool = False) -> None:
     """Give the stored ``config`` the next revision (and, when ``created``, as its
     ``created_revision``), announced on commit: the last write of the caller's transaction.
 
-    The counter's row stays locked from here until the commit, and every ModuleConfig change of
-    the fleet takes it: taken first, it was held through the rest of the transaction, and under
-    load half of the workers' threads queued on it (bench/module_chain.py, py-spy). On
-    PostgreSQL the counter, the config's row and the announcement are one statement."""
+    Every ModuleConfig change of the fleet takes the counter's row lock, which is held until the
+    commit. On PostgreSQL the row is only marked here: a deferred trigger stamps and announces it
+    as part of COMMIT, so the lock is held inside the server for the commit alone. (Stamped from
+    Python, it was held while the client process got back to its COMMIT; under load that process
+    waits for a CPU and its GIL, and the fleet's spec copies and status reports queued on the
+    lock: bench/module_chain.py --trace, "sessions waiting on a lock".) ``config.revision`` is
+    set once the value is known: after the commit, or at once inside a caller's transaction
+    (which then holds the lock until it commits, as before)."""
     if connection.vendor != "postgresql":
         value = moduleconfig_revision_next()
         fields = {"revision": value, **({"created_revision": value} if created else {})}
         ModuleConfig.objects.filter(pk=config.pk).update(**fields)
-    else:
-        counter = connection.ops.quote_name(RevisionCounter._meta.db_table)
-        table = connection.ops.quote_name(ModuleConfig._meta.db_table)
-        also = ", created_revision = c.value" if created else ""
-        sql = (
-            f"WITH c AS (UPDATE {counter} SET value = value + 1 WHERE name = %s RETURNING value) "
-            f"UPDATE {table} SET revision = c.value{also} FROM c WHERE {table}.id = %s "
-            "RETURNING c.value, pg_notify(%s, c.value::text)"
-        )
+        _stamped(config, (value, value if created else config.created_revision))
+        return
+    fields = {"revision": PENDING, **({"created_revision": PENDING} if created else {})}
+    ModuleConfig.objects.filter(pk=config.pk).update(**fields)
+    if len(connection.atomic_blocks) > 1:  # inside the caller's transaction: stamp it now
         with connection.cursor() as cursor:
-            cursor.execute(sql, [ModuleConfig.REVISION_SEQUENCE, config.pk, CHANNEL])
-            row = cursor.fetchone()
-        if row is None:  # the counter's first use (or the row vanished: nothing is stamped then)
-            if not ModuleConfig.objects.filter(pk=config.pk).exists():
-                raise ModuleConfig.DoesNotExist(f"ModuleConfig {config.pk} is gone")
-            RevisionCounter.objects.get_or_create(name=ModuleConfig.REVISION_SEQUENCE)
-            return moduleconfig_revision_stamp(config, created=created)
-        value = row[0]
-    config.revision = value
-    if created:
-        config.created_revision = value
-    return value
+            cursor.execute(f"SET CONSTRAINTS {connection.ops.quote_name(STAMP_TRIGGER)} IMMEDIATE")
+        _read_back(config)
+    else:
+        transaction.on_commit(lambda: _read_back(config))
+
+
+def _read_back(config: ModuleConfig) -> None:
+    values = ModuleConfig.objects.filter(pk=config.pk).values_list("revision", "created_revision").first()
+    if values is not None:
+        _stamped(config, values)
+
+
+def _stamped(config: ModuleConfig, values: tuple[int, int]) -> None:
+    config.revision, config.created_revision = values
 
 
 def moduleconfig_deleted(sender: Any, instance: ModuleConfig, **kwargs: Any) -> None:
