@@ -478,7 +478,7 @@ def main() -> None:
         f"database: {database_label()}; broker: {os.environ.get('CELERY_BROKER_URL', 'filesystem')}; "
         f"{args.workers} worker processes ({settings.CELERY_WORKER_POOL} pool, "
         f"{settings.CELERY_WORKER_CONCURRENCY} slots each); {os.cpu_count()} CPUs; "
-        f"RECONCILE_MIN_SPACING {args.min_spacing} s\n"
+        f"RECONCILE_MIN_SPACING {args.min_spacing} s; RECONCILE_BUSY_SLOTS {settings.RECONCILE_BUSY_SLOTS}\n"
         f"{args.runtimes} measured runtimes, {args.load_runtimes} load runtimes, "
         "each with a watcher process\n"
     )

@@ -24,13 +24,20 @@ log = logging.getLogger(__name__)
 
 @shared_task(name="controlplane.kyma_reconcile", bind=True, acks_late=True, max_retries=None)
 def kyma_reconcile(
-    self: Task, kyma_id: int, reason: str = "", urgent: bool = False, marked: bool = True
+    self: Task,
+    kyma_id: int,
+    reason: str = "",
+    urgent: bool = False,
+    marked: bool = True,
+    busy: int = 0,
 ) -> None:
     """Reconcile one Kyma (``reason``: why it was requested, for the log). Retries shortly when
     another worker holds its lease or the Kyma was reconciled moments ago
     (``RECONCILE_MIN_SPACING``; not for ``urgent`` requests, made by the control plane), and with
     backoff while the database is unavailable (runtime errors are outcomes, rescheduled by
-    state). ``marked=False``: the task holds no queue mark (:mod:`fleet.queue.requests`)."""
+    state). ``marked=False``: the task holds no queue mark (:mod:`fleet.queue.requests`);
+    ``busy``: its runtime keeps changing, and this is its try for one of the few slots such
+    reconciles share (:mod:`fleet.reconciler.run`)."""
     try:
         kyma_reconcile_run(
             kyma_id,
@@ -39,11 +46,14 @@ def kyma_reconcile(
             urgent=urgent,
             marked=marked,
             retried=bool(self.request.retries),
+            busy=busy,
         )
     except queue.RetryLater as later:
-        kwargs = {"reason": reason}
+        kwargs: dict = {"reason": reason}
         if urgent:
             kwargs.update(urgent=True, marked=later.marked)
+        if busy:  # counts the tries that found no slot
+            kwargs["busy"] = busy + 1 if isinstance(later, queue.NoBusySlot) else busy
         raise self.retry(countdown=later.retry_after, kwargs=kwargs) from None
     except OperationalError as exc:
         raise self.retry(countdown=min(60, 2 ** min(self.request.retries, 6)), max_retries=20) from exc

@@ -51,7 +51,7 @@ from .requests import (
 from .requests import (
     reconcile_started as started,
 )
-from .retry import MAX_HOLD, LeaseBusy, RetryLater, TooSoon, hold_for
+from .retry import MAX_HOLD, LeaseBusy, NoBusySlot, RetryLater, TooSoon, hold_for
 
 __all__ = [
     "MAX_HOLD",
@@ -60,6 +60,7 @@ __all__ = [
     "Coverage",
     "LeaseBusy",
     "LeaseKeeper",
+    "NoBusySlot",
     "RetryLater",
     "Started",
     "StoredChange",

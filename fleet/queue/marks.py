@@ -39,6 +39,10 @@ from fleet.models import Kyma
 from .batching import GroupCommit
 from .changes import MAX_CHANGES
 
+# A Kyma counts as busy (its runtime keeps changing) this long after an event found it spaced or
+# found a task of it queued already.
+BUSY_FOR = 5.0
+
 
 @dataclass(frozen=True)
 class Started:
@@ -77,6 +81,11 @@ class ReconcileFlags(Protocol):
         would otherwise start, find it is too soon and retry). Only a hint: the task checks the
         spacing itself. ``None`` clears it; ``if_free`` sets it only when none holds now.
         Returns whether it was set."""
+
+    def busy(self, kyma_ids: Sequence[int]) -> set[int]:
+        """Which of these Kymas are *busy*: their runtime kept changing lately (less than
+        ``BUSY_FOR`` seconds ago an event found the Kyma spaced, or a task of it queued already;
+        on the database: a reconcile of it was spaced)."""
 
     def release(self, kyma_ids: Sequence[int], eta: dt.datetime) -> None:
         """Undo a claim made for ``eta`` (its publish failed)."""
@@ -217,6 +226,12 @@ class DatabaseFlags:
             )
         return bool(rows.update(reconcile_spaced_until=until))
 
+    def busy(self, kyma_ids: Sequence[int]) -> set[int]:
+        # The column stays after its time (a quiet reconcile clears it): it was spaced lately.
+        lately = timezone.now() - dt.timedelta(seconds=BUSY_FOR)
+        rows = Kyma.objects.filter(id__in=kyma_ids, reconcile_spaced_until__gt=lately)
+        return set(rows.values_list("id", flat=True))
+
     def release(self, kyma_ids: Sequence[int], eta: dt.datetime) -> None:
         Kyma.objects.filter(id__in=kyma_ids, reconcile_queued_at=eta).update(reconcile_queued_at=None)
 
@@ -252,8 +267,10 @@ class DatabaseFlags:
 
 
 # A mark is "<eta> <not before>" in Unix seconds ("0": none), then one line per change to check.
-# KEYS: the mark, the Kyma's "spaced until" hint. ARGV: eta, need ("0": none), ttl, skew, now,
-# changes (one per line, "" for none), most changes per mark, need when there are more ("0": none).
+# KEYS: the mark, the Kyma's "spaced until" hint, its busy flag. ARGV: eta, need ("0": none), ttl,
+# skew, now, changes (one per line, "" for none), most changes per mark, need when there are more
+# ("0": none), how long the Kyma counts as busy after this event (ms) when the hint raised its
+# claim or a task was queued already.
 # Returns {1, eta} when it claimed the mark (the ETA raised to the hint), else {0, the later of the
 # mark's ETA and its "not before"}: the queued task reads the runtime no earlier than that.
 _CLAIM_ONE = """
@@ -261,12 +278,17 @@ local value = redis.call('get', KEYS[1])
 if not value then
   local eta = ARGV[1]
   local spaced = redis.call('get', KEYS[2])
-  if spaced and tonumber(spaced) > tonumber(eta) then eta = spaced end
+  if spaced and tonumber(spaced) > tonumber(eta) then
+    eta = spaced
+    redis.call('set', KEYS[3], '1', 'PX', ARGV[9])
+  end
   local fresh = eta .. ' 0'
   if ARGV[6] ~= '' then fresh = fresh .. '\\n' .. ARGV[6] end
   redis.call('set', KEYS[1], fresh, 'EX', ARGV[3])
   return {1, eta}
 end
+-- A task is queued already: the runtime changes again before it ran.
+redis.call('set', KEYS[3], '1', 'PX', ARGV[9])
 local head, tail = value, ''
 local newline = string.find(value, '\\n', 1, true)
 if newline then
@@ -371,7 +393,7 @@ class RedisFlags:
         by the next batch; nothing is retried, since a claim that ran but whose answer was lost
         must not run twice)."""
         conn = self._connection()
-        commands = [("EVALSHA", self._claim_one.sha, 2, *args) for args in batch]
+        commands = [("EVALSHA", self._claim_one.sha, 3, *args) for args in batch]
         try:
             conn.send_packed_command(conn.pack_commands(commands))
             answers: list = []
@@ -415,6 +437,7 @@ class RedisFlags:
             [
                 self.key(kyma_id),
                 self.spaced_key(kyma_id),
+                self.busy_key(kyma_id),
                 _stamp(eta),
                 _stamp(need) if need is not None else "0",
                 int(_ttl().total_seconds()),
@@ -423,6 +446,7 @@ class RedisFlags:
                 "\n".join(changes),
                 MAX_CHANGES,
                 _stamp(fallback) if fallback is not None else "0",
+                round(BUSY_FOR * 1000),
             ]
         )
         return bool(claimed), _moment(found)
@@ -441,6 +465,9 @@ class RedisFlags:
     def started_urgent(self, kyma_id: int) -> None:
         self.client.delete(self.urgent_key(kyma_id))
 
+    def busy_key(self, kyma_id: int) -> str:
+        return f"{self.prefix}:reconcile-busy:{kyma_id}"
+
     def space(self, kyma_id: int, until: dt.datetime | None, *, if_free: bool = False) -> bool:
         if until is None:
             return bool(self.client.delete(self.spaced_key(kyma_id)))
@@ -448,6 +475,15 @@ class RedisFlags:
         return keep > 0 and bool(
             self.client.set(self.spaced_key(kyma_id), _stamp(until), px=keep, nx=if_free)
         )
+
+    def busy(self, kyma_ids: Sequence[int]) -> set[int]:
+        if not kyma_ids:
+            return set()
+        with self.client.pipeline(transaction=False) as pipe:
+            for kyma_id in kyma_ids:
+                pipe.exists(self.busy_key(kyma_id))
+            results = pipe.execute()
+        return {kyma_id for kyma_id, spaced in zip(kyma_ids, results, strict=True) if spaced}
 
     def release(self, kyma_ids: Sequence[int], eta: dt.datetime) -> None:
         for kyma_id in kyma_ids:

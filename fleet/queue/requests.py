@@ -29,6 +29,13 @@ meanwhile claims the mark for a task due then and publishes it with that countdo
 runtime that keeps changing costs one task per spacing, not tasks that start, find it too soon
 and retry (taking worker time from other Kymas); the task still checks the spacing itself.
 
+*Busy runtimes.* An event whose claim the spacing held back marks its Kyma *busy* for a while
+(``marks.BUSY_FOR``): its runtime keeps changing. Tasks of busy Kymas (the event's, and the
+control plane's answers to it, e.g. a module manager's SyncResource) carry ``busy`` and share
+a few slots of each worker process (``RECONCILE_BUSY_SLOTS``, :mod:`fleet.reconciler.run`); when
+none is free they wait, holding their mark, so events meanwhile coalesce into them. So a storm of
+edits in many runtimes neither queues nor slows down a quiet runtime's reconcile.
+
 *Mutual exclusion* is :mod:`.lease`; what a task does when it cannot run now, :mod:`.retry`.
 """
 
@@ -37,7 +44,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from celery import current_app
 from django.db import DatabaseError, connection, transaction
@@ -57,14 +64,24 @@ RECONCILE_TASK = "controlplane.kyma_reconcile"
 # The reason of beat's sweep. A reconcile queued only for it may trust the runtime watcher's events
 # for what they cover (see ``fleet.reconciler.engine``); any other reason reads everything.
 PERIODIC_REASON = "periodic"
+# A claim whose task is due this much later than asked was held back by the spacing: the runtime
+# keeps changing (its task is *busy*, see fleet.reconciler.run).
+BUSY_MARGIN = 0.01
 
 
 def _publish(
-    kyma_ids: Sequence[int], countdown: float, reason: str, *, urgent: bool = False, marked: bool = True
+    kyma_ids: Sequence[int],
+    countdown: float,
+    reason: str,
+    *,
+    urgent: bool = False,
+    marked: bool = True,
+    busy: Collection[int] = (),
 ) -> None:
     """Publish the reconcile tasks by their stable name (the task module sits above this one);
     the reason travels with the task, for its log line. ``urgent``: not held back by the spacing;
-    ``marked=False``: the task holds no mark (another queued task does) and must not clear it."""
+    ``marked=False``: the task holds no mark (another queued task does) and must not clear it;
+    ``busy``: Kymas whose runtime keeps changing (their tasks share a few slots of each worker)."""
     options = {"countdown": countdown} if countdown > 0 else {}
     kwargs: dict = {"reason": reason}
     if urgent:
@@ -74,7 +91,7 @@ def _publish(
             current_app.send_task(
                 RECONCILE_TASK,
                 args=[kyma_id],
-                kwargs=kwargs,
+                kwargs={**kwargs, "busy": 1} if kyma_id in busy else kwargs,
                 producer=producer,
                 retry=True,
                 **options,
@@ -129,13 +146,18 @@ def _request(kyma_ids: list[int], reason: str, countdown: float, urgent: bool = 
     try:  # a queued urgent task beside the queued one covers this request too
         extra = store.claim_urgent([i for i in kyma_ids if i not in won], now) if urgent else []
     except RedisError as exc:
+        _publish_failed(claimed, eta)  # no task went out for the claims either
         raise QueueUnavailable(f"the reconcile queue marks are unavailable: {exc}") from exc
     if not claimed and not extra:
         return []
+    busy: set[int] = set()
+    if urgent:  # a control-plane request for a runtime that keeps changing is busy too
+        with contextlib.suppress(RedisError):  # a hint: the claims stand, the tasks go out
+            busy = store.busy([*claimed, *extra])
     try:
         # The unmarked ones first: if they fail, no claimed task went out yet to undo.
-        _publish(extra, countdown, reason, urgent=True, marked=False)
-        _publish(claimed, countdown, reason, urgent=urgent)
+        _publish(extra, countdown, reason, urgent=True, marked=False, busy=busy)
+        _publish(claimed, countdown, reason, urgent=urgent, busy=busy)
     except (KombuOperationalError, OSError) as exc:
         _publish_failed(claimed, eta)
         raise QueueUnavailable(f"the task queue is unavailable: {exc}") from exc
@@ -178,8 +200,11 @@ def kyma_reconcile_request_one(
         raise QueueUnavailable(f"the reconcile queue marks are unavailable: {exc}") from exc
     if not claimed:
         return False, eta
+    wait = (eta - now).total_seconds()
     try:  # the ETA may be later than asked: the Kyma is spaced (its reconcile started moments ago)
-        _publish([kyma_id], max(countdown, (eta - now).total_seconds()), reason)
+        _publish(
+            [kyma_id], max(countdown, wait), reason, busy={kyma_id} if wait > countdown + BUSY_MARGIN else ()
+        )
     except (KombuOperationalError, OSError) as exc:
         _publish_failed([kyma_id], eta)
         raise QueueUnavailable(f"the task queue is unavailable: {exc}") from exc

@@ -44,3 +44,10 @@ class TooSoon(RetryLater):
 
     def __init__(self, retry_after: float) -> None:
         super().__init__(retry_after, "reconciled moments ago")
+
+
+class NoBusySlot(RetryLater):
+    """A busy runtime's task found none of this process's ``RECONCILE_BUSY_SLOTS`` free."""
+
+    def __init__(self, retry_after: float, *, marked: bool = True) -> None:
+        super().__init__(retry_after, "busy runtime, no slot free", marked=marked)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import logging
+import threading
 import time
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -18,6 +20,51 @@ from fleet.reconciler.drift import count_corrections
 from fleet.reconciler.stored import wait_until_stored
 
 log = logging.getLogger(__name__)
+
+
+class BusySlots:
+    """How many of this process's reconciles may be of *busy* runtimes at once (their events
+    came while the spacing held them back: they keep changing), ``RECONCILE_BUSY_SLOTS``. The
+    rest of the slots stay free for the fleet's other runtimes: under a storm of edits, a quiet
+    runtime's reconcile neither waits behind the busy ones nor shares the CPU with all of them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held = 0
+
+    def take(self) -> bool:
+        with self._lock:
+            if self._held >= settings.RECONCILE_BUSY_SLOTS:
+                return False
+            self._held += 1
+            return True
+
+    def give_back(self) -> None:
+        with self._lock:
+            self._held -= 1
+
+
+BUSY_SLOTS = BusySlots()
+# How long a busy runtime's task waits for a slot: its spacing (at least this), doubled on each
+# try that found none (events coalesce meanwhile), up to BUSY_RETRY_MAX: tries cost CPU too.
+BUSY_RETRY = 0.5
+BUSY_RETRY_MAX = 4.0
+
+
+def busy_wait(min_spacing: float, tries: int) -> float:
+    """Seconds until a busy task's next try for a slot, after ``tries`` that found none."""
+    return min(BUSY_RETRY_MAX, max(min_spacing, BUSY_RETRY) * 2 ** max(0, tries - 1))
+
+
+def _defer_busy(kyma_id: int, start: queue.Started, *, marked: bool, wait: float) -> None:
+    """A busy runtime's task finds no slot: it runs later (raises), and events meanwhile
+    coalesce into it; or returns when another task of the Kyma is queued (it does the work)."""
+    if marked:
+        retry = queue.rearm(kyma_id, wait, not_before=start.not_before, changes=start.changes)
+        if retry is not None:
+            raise queue.NoBusySlot(retry)
+    elif queue.rearm_urgent(kyma_id):
+        raise queue.NoBusySlot(wait, marked=False)
 
 
 def _after_quiet(kyma_id: int, min_spacing: float) -> bool:
@@ -88,6 +135,7 @@ def kyma_reconcile_run(
     urgent: bool = False,
     marked: bool = True,
     retried: bool = False,
+    busy: int = 0,
 ) -> None:
     """Entry point of the reconcile task; returns quietly when the Kyma is gone.
 
@@ -102,6 +150,10 @@ def kyma_reconcile_run(
     the control plane: a user's edit, a manager's SyncResource) may be the second within a
     spacing (:func:`_urgent_wait`); one that is not ``marked`` leaves the queue mark to the task
     that holds it (:mod:`fleet.queue.requests`).
+    A ``busy`` task (its runtime keeps changing: :mod:`fleet.queue.requests`; the number is its
+    try for a slot) runs only when one of this process's ``RECONCILE_BUSY_SLOTS`` is free, else
+    it retries later (:class:`NoBusySlot`, :func:`busy_wait`) holding its mark: nothing is read or
+    lost meanwhile.
     When a request asked the reconcile not to read the runtime before some time (an event that
     arrived just before this task was due), it waits until then: at most the listener's margin.
     When the events said which changes they saw, it first checks that the runtime stored them
@@ -120,6 +172,25 @@ def kyma_reconcile_run(
     else:
         queue.start_urgent(kyma_id)
         start = queue.Started()
+    if busy and not BUSY_SLOTS.take():
+        _defer_busy(kyma_id, start, marked=marked, wait=busy_wait(min_spacing, busy))
+        return  # another task is queued: it runs when a slot is free
+    try:
+        _run_started(kyma_id, start, min_spacing, reason, urgent, marked, retried)
+    finally:
+        if busy:
+            BUSY_SLOTS.give_back()
+
+
+def _run_started(
+    kyma_id: int,
+    start: queue.Started,
+    min_spacing: float,
+    reason: str,
+    urgent: bool,
+    marked: bool,
+    retried: bool,
+) -> None:
     not_before, changes = start.not_before, start.changes
     provisional = _space_provisionally(kyma_id, min_spacing)
     hold = queue.hold_for(not_before)

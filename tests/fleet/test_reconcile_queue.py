@@ -12,9 +12,9 @@ from django.utils import timezone
 
 from fleet import queue
 from fleet.models import Kyma, ReconcileRecord
-from fleet.queue import LeaseBusy, TooSoon
-from fleet.queue.marks import flags
-from fleet.reconciler.run import kyma_reconcile_run
+from fleet.queue import LeaseBusy, NoBusySlot, StoredChange, TooSoon
+from fleet.queue.marks import RedisFlags, flags
+from fleet.reconciler.run import BUSY_RETRY, BUSY_RETRY_MAX, BUSY_SLOTS, busy_wait, kyma_reconcile_run
 from fleet.services.modules import syncresource_save
 from kernel.errors import QueueUnavailable
 from tests.factories import KymaFactory, SyncResourceFactory
@@ -371,3 +371,81 @@ def test_given_a_status_report_that_only_moves_observed_revision_then_it_is_stor
         config=config, status={"state": "Error", "message": "x", "observedRevision": 2}
     )
     assert [t.args for t in task_queue()] == [[kyma.pk]]
+
+
+def keeps_changing(kyma: Kyma) -> None:
+    """A runtime that keeps changing: its reconcile just ran, and the one before moments earlier
+    (not after a quiet period), so the next one is spaced."""
+    reconciled(kyma, 1.2, 1.9)
+    kyma_reconcile_run(kyma.pk, min_spacing=1.0)
+
+
+def test_given_a_runtime_that_keeps_changing_then_its_tasks_are_busy_and_a_quiet_ones_are_not(task_queue):
+    hot, quiet = KymaFactory(), KymaFactory()
+    keeps_changing(hot)
+    reconciled(quiet, 300)
+    kyma_reconcile_run(quiet.pk, min_spacing=1.0)
+    task_queue()
+    assert queue.request_one(hot.pk, countdown=0)[0]  # an event: published due after the spacing
+    assert queue.request_one(quiet.pk, countdown=0)[0]  # due at once
+    assert [(t.args[0], t.kwargs.get("busy", False)) for t in task_queue()] == [
+        (hot.pk, True),
+        (quiet.pk, False),
+    ]
+    queue.started(hot.pk)
+    queue.started(quiet.pk)
+    # The control plane's changes for them (a manager answering each event) follow suit.
+    assert queue.request([hot.pk, quiet.pk], reason="sync resource s changed", urgent=True)
+    assert {t.args[0]: t.kwargs.get("busy", 0) for t in task_queue()} == {hot.pk: 1, quiet.pk: 0}
+
+
+def test_given_the_busy_slots_taken_when_a_busy_task_runs_then_it_waits_with_its_changes_and_quiet_ones_run(
+    task_queue, settings
+):
+    settings.RECONCILE_BUSY_SLOTS = 1
+    hot, quiet = KymaFactory(), KymaFactory()
+    change = StoredChange("v1", "ConfigMap", "kyma-system", "settings", "UPDATE", "uid-1", "41")
+    task_queue()
+    queue.request_one(hot.pk, countdown=0, change=change)
+    assert BUSY_SLOTS.take()  # another busy reconcile of this process holds the only slot
+    try:
+        with pytest.raises(NoBusySlot) as deferred:
+            kyma_reconcile_run(hot.pk, reason="watch-event", busy=1)
+        assert deferred.value.retry_after >= BUSY_RETRY
+        assert queue.request_one(hot.pk, countdown=0)[0] is False  # events meanwhile join the retry
+        assert not ReconcileRecord.objects.filter(kyma_id=hot.pk).exists()
+        kyma_reconcile_run(quiet.pk, reason="watch-event")  # a quiet runtime's task is not held back
+        assert ReconcileRecord.objects.filter(kyma_id=quiet.pk).count() == 1
+        # An unmarked control-plane task of a busy runtime waits the same way.
+        assert queue.request([hot.pk], reason="sync resource s changed", urgent=True) == [hot.pk]
+        with pytest.raises(NoBusySlot) as unmarked:
+            kyma_reconcile_run(hot.pk, reason="sync resource s changed", urgent=True, marked=False, busy=1)
+        assert unmarked.value.marked is False
+    finally:
+        BUSY_SLOTS.give_back()
+    assert queue.start(hot.pk).changes == (change.encode(),)  # the retry still checks the change
+    queue.rearm(hot.pk)
+    kyma_reconcile_run(hot.pk, reason="watch-event", busy=3)  # a slot is free again
+    assert ReconcileRecord.objects.filter(kyma_id=hot.pk).count() == 1
+
+
+def test_a_busy_task_tries_for_a_slot_after_its_spacing_then_ever_later_up_to_a_bound():
+    waits = [busy_wait(1.0, tries) for tries in range(1, 8)]
+    assert waits[:3] == [1.0, 2.0, 4.0]
+    assert max(waits) == BUSY_RETRY_MAX
+    assert busy_wait(0.0, 1) == BUSY_RETRY  # no spacing: still not at once
+
+
+def test_given_events_that_find_a_task_queued_then_with_redis_marks_the_runtime_counts_as_busy(task_queue):
+    """The runtime changes again before its reconcile ran: it keeps changing. (The database's
+    marks only know that a reconcile of it was spaced lately.)"""
+    kyma = KymaFactory()
+    task_queue()
+    assert queue.request_one(kyma.pk, countdown=0)[0]
+    assert queue.request_one(kyma.pk, countdown=0)[0] is False  # coalesces into the queued task
+    (event,) = task_queue()
+    assert "busy" not in event.kwargs  # the first event found nothing queued
+    queue.started(kyma.pk)
+    queue.request([kyma.pk], reason="sync resource s changed", urgent=True)
+    (answer,) = task_queue()
+    assert answer.kwargs.get("busy", 0) == (1 if isinstance(flags(), RedisFlags) else 0)
