@@ -29,8 +29,9 @@ meanwhile claims the mark for a task due then and publishes it with that countdo
 runtime that keeps changing costs one task per spacing, not tasks that start, find it too soon
 and retry (taking worker time from other Kymas); the task still checks the spacing itself.
 
-*Busy runtimes.* An event whose claim the spacing held back marks its Kyma *busy* for a while
-(``marks.BUSY_FOR``): its runtime keeps changing. Tasks of busy Kymas (the event's, and the
+*Busy runtimes.* An event whose claim the spacing held back, or that finds a task of its Kyma
+queued already, marks the Kyma *busy* for a while (``marks.BUSY_FOR``; with Redis marks): its
+runtime keeps changing. Tasks of busy Kymas (the event's, and the
 control plane's answers to it, e.g. a module manager's SyncResource) carry ``busy`` and share
 a few slots of each worker process (``RECONCILE_BUSY_SLOTS``, :mod:`fleet.reconciler.run`); when
 none is free they wait, holding their mark, so events meanwhile coalesce into them. So a storm of

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 class BusySlots:
     """How many of this process's reconciles may be of *busy* runtimes at once (their events
-    came while the spacing held them back: they keep changing), ``RECONCILE_BUSY_SLOTS``. The
+    keep coming: :mod:`fleet.queue.requests`), ``RECONCILE_BUSY_SLOTS``. The
     rest of the slots stay free for the fleet's other runtimes: under a storm of edits, a quiet
     runtime's reconcile neither waits behind the busy ones nor shares the CPU with all of them."""
 
