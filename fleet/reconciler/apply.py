@@ -38,12 +38,21 @@ def digest_of(doc: dict[str, Any]) -> str:
 
 
 def live_object(ctx: ReconcileContext, doc: dict[str, Any]) -> dict[str, Any] | None:
-    """The runtime's copy of ``doc`` (from this reconcile's labelled lists when one covered it)."""
-    key = key_of(doc)
+    """The runtime's copy of ``doc`` (see :func:`read`)."""
+    meta = doc["metadata"]
+    return read(ctx, doc["apiVersion"], doc["kind"], meta["name"], meta.get("namespace"))
+
+
+def read(
+    ctx: ReconcileContext, api_version: str, kind: str, name: str, namespace: str | None = None
+) -> dict[str, Any] | None:
+    """The runtime's object as this reconcile knows it: from what it read already (``ctx.listed``:
+    its labelled lists, and the objects its events named, read to check the change was stored)
+    or with one GET."""
+    key = (api_version, kind, namespace or "", name)
     if key in ctx.listed:
         return ctx.listed[key]
-    meta = doc["metadata"]
-    return ctx.client.get(doc["apiVersion"], doc["kind"], meta["name"], meta.get("namespace"))
+    return ctx.client.get(api_version, kind, name, namespace)
 
 
 def prefetch(ctx: ReconcileContext, docs: Iterable[dict[str, Any]]) -> None:

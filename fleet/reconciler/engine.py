@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 from celery import current_app
 from django.utils import timezone
 
-from fleet.k8s.client import Permanent, RuntimeAPIError, Temporary, client_for
+from fleet.k8s.client import ObjectKey, Permanent, RuntimeAPIError, Temporary, client_for
 from fleet.models import Kyma
 from fleet.selectors import watcher_heard_recently
 
@@ -60,6 +62,7 @@ def kyma_reconcile(
     now: dt.datetime | None = None,
     lease_owner: str = "",
     periodic: bool = False,
+    seen: Mapping[ObjectKey, dict[str, Any] | None] | None = None,
 ) -> Outcome:
     """Reconcile one Kyma; the caller holds its lease (``heartbeat`` extends it between steps; with
     ``lease_owner`` the final status write releases it: see ``Outcome.lease_released``).
@@ -68,8 +71,11 @@ def kyma_reconcile(
     alive (heard within ``WATCHER_SILENT_AFTER``) and whose spec was already reconciled trusts the
     watcher's events: the objects they cover (the runtime's Kyma, module CRs) were reported had
     they changed, so those verified less than ``RUNTIME_RECHECK_INTERVAL`` ago are not read again
-    (see :mod:`.runtime_kyma`, :mod:`.modules`). Every other reconcile reads them."""
+    (see :mod:`.runtime_kyma`, :mod:`.modules`). Every other reconcile reads them. ``seen``: runtime
+    objects read moments ago (the ones its events named, once their change was stored:
+    :mod:`.stored`), not read again."""
     ctx = ReconcileContext(kyma=kyma, now=now or timezone.now(), heartbeat=heartbeat, lease_owner=lease_owner)
+    ctx.listed.update(seen or {})
     ctx.events_trusted = (
         periodic
         and kyma.generation == kyma.observed_generation

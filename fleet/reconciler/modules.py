@@ -23,7 +23,7 @@ from fleet.models import KymaState, Module, ModuleConfig
 from fleet.services import modules as module_services
 from kernel.documents.hashing import document_hash
 
-from .apply import key_of, resource_name, verified_recently
+from .apply import key_of, read, resource_name, verified_recently
 from .context import FALSE, TRUE, ModuleOutcome, ReconcileContext
 
 MANAGED_BY = {"operator.kyma-project.io/managed-by": "kyma"}
@@ -154,7 +154,7 @@ def _one(
                 live = ctx.client.create(doc)
                 ctx.change("applied", resource=resource_name(doc), action=f"created (module {module.name})")
             except Exists:
-                live = _read(ctx, doc)
+                live = _read(ctx, doc, fresh=True)
     except Gone as exc:
         ctx.verified.pop(key, None)
         return ModuleOutcome(
@@ -201,9 +201,12 @@ def _one(
     )
 
 
-def _read(ctx: ReconcileContext, doc: dict[str, Any]) -> dict[str, Any] | None:
+def _read(ctx: ReconcileContext, doc: dict[str, Any], *, fresh: bool = False) -> dict[str, Any] | None:
+    """The module CR in the runtime: as this reconcile read it already, unless ``fresh``."""
     meta = doc["metadata"]
-    return ctx.client.get(doc["apiVersion"], doc["kind"], meta["name"], meta["namespace"])
+    if fresh:
+        return ctx.client.get(doc["apiVersion"], doc["kind"], meta["name"], meta["namespace"])
+    return read(ctx, doc["apiVersion"], doc["kind"], meta["name"], meta["namespace"])
 
 
 def owned_resources(ctx: ReconcileContext) -> dict[str, dict[str, Any]]:

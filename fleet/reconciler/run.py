@@ -17,7 +17,7 @@ from fleet.models import Kyma, ReconcileRecord
 from fleet.reconciler import kyma_reconcile
 from fleet.reconciler.context import LeaseLost
 from fleet.reconciler.drift import count_corrections
-from fleet.reconciler.stored import wait_until_stored
+from fleet.reconciler.stored import Seen, wait_until_stored
 
 log = logging.getLogger(__name__)
 
@@ -232,12 +232,13 @@ def _run_started(
         if hold > 0:
             time.sleep(queue.hold_for(not_before))
         started_at, started = timezone.now(), time.perf_counter()
+        seen: Seen = {}  # the changed objects, read once stored: the reconcile uses them
         if changes:  # the reconcile starts once they are stored
-            wait_until_stored(kyma, queue.decode_all(changes))
+            wait_until_stored(kyma, queue.decode_all(changes), seen=seen)
             started_at, started = timezone.now(), time.perf_counter()
         periodic = reason == queue.PERIODIC_REASON and not retried and not changes and not_before is None
         outcome = kyma_reconcile(
-            kyma, heartbeat=queue.LeaseKeeper(kyma_id, owner), lease_owner=owner, periodic=periodic
+            kyma, heartbeat=queue.LeaseKeeper(kyma_id, owner), lease_owner=owner, periodic=periodic, seen=seen
         )
         released = outcome.lease_released
     except LeaseLost as exc:

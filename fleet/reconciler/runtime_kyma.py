@@ -25,7 +25,7 @@ from fleet.services import kymas as kyma_services
 from kernel.documents.hashing import document_hash, stamped
 from kernel.errors import ValidationFailed
 
-from .apply import apply_if_changed, verified_recently
+from .apply import apply_if_changed, read, verified_recently
 from .context import ReconcileContext
 from .kyma_crd import CRD_NAME as CRD_NAME
 from .kyma_crd import kyma_crd as _unstamped_crd
@@ -99,7 +99,7 @@ def sync(ctx: ReconcileContext) -> dict[str, Any] | None:
 
 def _sync(ctx: ReconcileContext) -> dict[str, Any]:
     kyma, client = ctx.kyma, ctx.client
-    live = client.get(API_VERSION, "Kyma", NAME, NAMESPACE)
+    live = read(ctx, API_VERSION, "Kyma", NAME, NAMESPACE)
     if live is None:
         client.ensure_namespace(NAMESPACE)  # (the Kyma lives there: no need to look while it exists)
         try:

@@ -14,21 +14,27 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from django.conf import settings
 
-from fleet.k8s.client import RuntimeAPIError, RuntimeClient, client_for
+from fleet.k8s.client import ObjectKey, RuntimeAPIError, RuntimeClient, client_for
 from fleet.models import Kyma
 from fleet.queue import StoredChange
 
 log = logging.getLogger(__name__)
 
+# Objects read by key ((apiVersion, kind, namespace, name); None: absent).
+Seen = dict[ObjectKey, dict[str, Any] | None]
+
 FIRST_PAUSE = 0.002
 LONGEST_PAUSE = 0.02
 
 
-def wait_until_stored(kyma: Kyma, changes: Sequence[StoredChange]) -> bool:
-    """Wait until the Kyma's runtime shows every change stored (bounded); True when it does."""
+def wait_until_stored(kyma: Kyma, changes: Sequence[StoredChange], *, seen: Seen | None = None) -> bool:
+    """Wait until the Kyma's runtime shows every change stored (bounded); True when it does.
+    ``seen`` receives each changed object as read once its change showed (the reconcile that
+    follows need not read it again)."""
     if not changes or not kyma.kubeconfig or kyma.is_deleting or kyma.skip_reconciliation:
         return True
     return changes_stored(
@@ -36,14 +42,21 @@ def wait_until_stored(kyma: Kyma, changes: Sequence[StoredChange]) -> bool:
         changes,
         bound=settings.RECONCILE_STORED_WAIT,
         fallback=settings.LISTENER_RECONCILE_DELAY,
+        seen=seen,
     )
 
 
 def changes_stored(
-    client: RuntimeClient, changes: Sequence[StoredChange], *, bound: float, fallback: float
+    client: RuntimeClient,
+    changes: Sequence[StoredChange],
+    *,
+    bound: float,
+    fallback: float,
+    seen: Seen | None = None,
 ) -> bool:
     """Read each changed object until its change shows; at most ``bound`` seconds. A change that
-    cannot be read waits ``fallback`` seconds instead (from the start), like an event without one."""
+    cannot be read waits ``fallback`` seconds instead (from the start), like an event without one.
+    ``seen``: see :func:`wait_until_stored`."""
     started = time.monotonic()
     deadline, hold_until = started + bound, started
     pending, pause = list(changes), FIRST_PAUSE
@@ -58,6 +71,8 @@ def changes_stored(
                 continue
             if not change.stored(live):
                 waiting.append(change)
+            elif seen is not None:
+                seen[(change.api_version, change.kind, change.namespace or "", change.name)] = live
         pending = waiting
         now = time.monotonic()
         if not pending or now >= deadline:

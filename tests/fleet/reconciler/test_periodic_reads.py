@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from fleet import queue
 from fleet.models import Kyma, KymaState, ModuleConfig
+from fleet.queue import StoredChange
 from fleet.reconciler.run import kyma_reconcile_run
 from pki import services as pki
 from tests.support.runtimes import connected_kyma, keda_module, klm_watcher
@@ -134,3 +135,25 @@ def test_given_the_spec_changed_in_the_control_plane_when_a_periodic_reconcile_r
     kyma.refresh_from_db()
     run(kyma, queue.PERIODIC_REASON)
     assert runtime.get_object("Kyma", "default", "kyma-system")["spec"]["channel"] == "fast"
+
+
+def test_given_a_module_cr_edited_when_its_event_reconciles_then_the_cr_is_read_once(settled):
+    """The reconcile first checks that the runtime stored the change its event named; it then
+    uses that read instead of reading the CR again."""
+    kyma, runtime = settled
+    before = runtime.get_object("Keda", "default", "kyma-system")
+    runtime.edit_as_user("Keda", "default", lambda obj: obj["spec"].update(replicas=3), "kyma-system")
+    change = StoredChange(
+        "operator.kyma-project.io/v1alpha1",
+        "Keda",
+        "kyma-system",
+        "default",
+        "UPDATE",
+        before["metadata"]["uid"],
+        before["metadata"]["resourceVersion"],
+    )
+    queue.request_one(kyma.pk, countdown=0, change=change)
+    runtime.counts.reset()
+    run(kyma, "watch-event")
+    assert reads_of(runtime, KEDAS) == 1
+    assert ModuleConfig.objects.get(kyma=kyma).spec == {"replicas": 3}
