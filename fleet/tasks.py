@@ -64,7 +64,7 @@ def reconcile_due() -> int:
     """Beat's sweep: queue the Kymas whose periodic reconcile is due (queued ones coalesce)."""
     queued = 0
     for batch in selectors.kyma_ids_due(limit=settings.RECONCILE_SWEEP_LIMIT):
-        queued += len(queue.request(batch, reason=queue.PERIODIC_REASON))
+        queued += len(queue.request(batch, reason=queue.PERIODIC_REASON, full=False))
     # Every few seconds: worth a line only when it queued something.
     log.log(logging.INFO if queued else logging.DEBUG, "periodic sweep: %d reconcile(s) queued", queued)
     return queued

@@ -71,6 +71,11 @@ class StoredChange:
             return None
         return cls(*fields)
 
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        """The object's key as the reconcile knows objects: (apiVersion, kind, namespace, name)."""
+        return self.api_version, self.kind, self.namespace or "", self.name
+
     def stored(self, live: dict[str, Any] | None) -> bool:
         """Whether the runtime's object as read now (``None``: absent) shows this change stored."""
         metadata = (live or {}).get("metadata") or {}

@@ -16,6 +16,11 @@ the event). The starting task gets *not before* back and waits until then before
 A mark also carries the *changes* the events it covers reported (:mod:`.changes`; our runtime
 watcher sends them): the union of them, so the starting task can check that the runtime stored
 every one before it reads. A change added after the task started goes with the next mark.
+
+And it says how much the task must read (:data:`FULL`): a reconcile whose requests all said what
+changed (events that named their change, a module manager's SyncResource) need only read that;
+any other request (an event that did not say, a user's "reconcile now", a job) asks the task to
+read everything (see :mod:`fleet.reconciler.engine`). Coalesced requests keep the widest ask.
 """
 
 from __future__ import annotations
@@ -42,21 +47,36 @@ from .changes import MAX_CHANGES
 # A Kyma counts as busy (its runtime keeps changing) this long after an event found it spaced or
 # found a task of it queued already.
 BUSY_FOR = 5.0
+# A line of a mark's changes: a request it covers asked for a full reconcile (it said nothing of
+# what changed), or a change was left out for want of room (``MAX_CHANGES``). Never left out itself.
+FULL = "*"
 
 
 @dataclass(frozen=True)
 class Started:
     """What a starting task learns from the mark it clears: the time before which it must not
-    read the runtime, and the changes (encoded) the runtime must have stored before it reads."""
+    read the runtime, and the changes (encoded) the runtime must have stored before it reads.
+    ``found``: there was a mark (a task that finds none was redelivered or retried after it lost
+    it, or its mark expired: what it covers is unknown)."""
 
     not_before: dt.datetime | None = None
     changes: tuple[str, ...] = ()
+    found: bool = False
+
+    @property
+    def full(self) -> bool:
+        """Whether the task must read everything: a request asked for it, or a change was left
+        out (past ``MAX_CHANGES``; both say :data:`FULL`), or there was no mark to say."""
+        return not self.found or FULL in self.changes
 
 
 class ReconcileFlags(Protocol):
-    def claim(self, kyma_ids: Sequence[int], now: dt.datetime, eta: dt.datetime) -> list[int]:
+    def claim(
+        self, kyma_ids: Sequence[int], now: dt.datetime, eta: dt.datetime, *, full: bool = False
+    ) -> list[int]:
         """Mark the Kymas that are not marked yet, for a task due at ``eta``; return those (the
-        caller then publishes)."""
+        caller then publishes). ``full``: the request asks for a full reconcile, so the marks of
+        the others (their task has not started) say so too (:data:`FULL`)."""
 
     def claim_one(
         self,
@@ -72,8 +92,9 @@ class ReconcileFlags(Protocol):
         spaced (:meth:`space`); else the task already queued from now on does not read before
         ``need`` (``None``: no such time) and checks ``changes`` too, and the time returned is the
         later of its ETA and its "not before". Past ``MAX_CHANGES`` on one mark, further changes
-        ask for ``fallback`` as "not before" instead. An ETA set on another host counts only
-        ``LISTENER_CLOCK_SKEW`` earlier (that host's clock may run ahead)."""
+        ask for ``fallback`` as "not before" instead, and the mark says :data:`FULL` (which
+        always finds room). An ETA set on another host counts only ``LISTENER_CLOCK_SKEW``
+        earlier (that host's clock may run ahead)."""
 
     def space(self, kyma_id: int, until: dt.datetime | None, *, if_free: bool = False) -> bool:
         """A reconcile starts and the next one must wait for ``RECONCILE_MIN_SPACING``: a claim
@@ -121,7 +142,47 @@ class DatabaseFlags:
     table = Kyma._meta.db_table
 
     def claim(
-        self, kyma_ids: Sequence[int], now: dt.datetime, eta: dt.datetime, changes: Sequence[str] = ()
+        self,
+        kyma_ids: Sequence[int],
+        now: dt.datetime,
+        eta: dt.datetime,
+        changes: Sequence[str] = (),
+        *,
+        full: bool = False,
+    ) -> list[int]:
+        lines = [*changes, FULL] if full and FULL not in changes else list(changes)
+        claimed = self._claim_free(kyma_ids, now, eta, lines)
+        rest = [kyma_id for kyma_id in kyma_ids if kyma_id not in set(claimed)] if full else []
+        # A marked Kyma's task may start between the two statements: its mark is gone then, and
+        # this request claims a new one. (Bounded only against a database that misbehaves.)
+        for _ in range(100):
+            if not rest:
+                break
+            marked = self._mark_full(rest, now)
+            won = self._claim_free([kyma_id for kyma_id in rest if kyma_id not in marked], now, eta, lines)
+            claimed += won
+            left = [kyma_id for kyma_id in rest if kyma_id not in marked and kyma_id not in won]
+            if left == rest:  # no progress: Kymas that are gone have nothing to mark
+                left = list(Kyma.objects.filter(id__in=left).values_list("id", flat=True))
+            rest = left
+        return claimed
+
+    def _mark_full(self, kyma_ids: Sequence[int], now: dt.datetime) -> set[int]:
+        """Add :data:`FULL` to the live marks of these Kymas; returns the Kymas whose mark says it."""
+        adapt = connection.ops.adapt_datetimefield_value
+        marks = ", ".join(["%s"] * len(kyma_ids))
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {self.table} SET reconcile_changes = CASE "
+                "WHEN (%s || reconcile_changes || %s) LIKE %s THEN reconcile_changes "
+                "WHEN reconcile_changes = '' THEN %s ELSE reconcile_changes || %s END "
+                f"WHERE id IN ({marks}) AND reconcile_queued_at >= %s RETURNING id",
+                ["\n", "\n", f"%\n{FULL}\n%", FULL, f"\n{FULL}", *kyma_ids, adapt(now - _ttl())],
+            )
+            return {row[0] for row in cursor.fetchall()}
+
+    def _claim_free(
+        self, kyma_ids: Sequence[int], now: dt.datetime, eta: dt.datetime, changes: Sequence[str]
     ) -> list[int]:
         # First a plain read finds the Kymas whose mark looks free (no lock, no write: the common
         # case in a burst); skipping a marked Kyma is safe because its task has not started yet.
@@ -183,9 +244,12 @@ class DatabaseFlags:
             for change in changes:
                 if change in merged:
                     continue
-                if len(merged) < MAX_CHANGES:
+                if len(merged) < MAX_CHANGES or change == FULL:
                     merged.append(change)
-                elif fallback is not None:
+                    continue
+                if FULL not in merged:  # a change left out: the task reads everything
+                    merged.append(FULL)
+                if fallback is not None:
                     wanted = fallback if wanted is None else max(wanted, fallback)
             update: dict = {}
             if merged != known:
@@ -251,10 +315,11 @@ class DatabaseFlags:
         value, held = row
         changes = tuple(line for line in (held or "").split("\n") if line)
         if value is None:
-            return Started(None, changes)
+            return Started(None, changes, found=True)
         if isinstance(value, str):  # SQLite hands back the stored text
             value = dt.datetime.fromisoformat(value)
-        return Started(value if timezone.is_aware(value) else timezone.make_aware(value, dt.UTC), changes)
+        moment = value if timezone.is_aware(value) else timezone.make_aware(value, dt.UTC)
+        return Started(moment, changes, found=True)
 
     def queued(self, kyma_ids: Sequence[int]) -> set[int]:
         stale = timezone.now() - _ttl()
@@ -266,7 +331,8 @@ class DatabaseFlags:
         return Kyma.objects.filter(reconcile_queued_at__gte=timezone.now() - _ttl()).count()
 
 
-# A mark is "<eta> <not before>" in Unix seconds ("0": none), then one line per change to check.
+# A mark is "<eta> <not before>" in Unix seconds ("0": none), then one line per change to check
+# (or FULL).
 # KEYS: the mark, the Kyma's "spaced until" hint, its busy flag. ARGV: eta, need ("0": none), ttl,
 # skew, now, changes (one per line, "" for none), most changes per mark, need when there are more
 # ("0": none), how long the Kyma counts as busy after this event (ms) when the hint raised its
@@ -298,18 +364,25 @@ end
 local need = tonumber(ARGV[2])
 local wanted = ARGV[2]
 local changed = false
+local overflow = false
 if ARGV[6] ~= '' then
   local _, count = string.gsub(tail, '\\n', '')
   for change in string.gmatch(ARGV[6], '[^\\n]+') do
     if not string.find(tail .. '\\n', '\\n' .. change .. '\\n', 1, true) then
-      if count < tonumber(ARGV[7]) then
+      if count < tonumber(ARGV[7]) or change == '*' then
         tail = tail .. '\\n' .. change
         count = count + 1
         changed = true
-      elseif tonumber(ARGV[8]) > need then
-        need, wanted = tonumber(ARGV[8]), ARGV[8]
+      else
+        overflow = true
+        if tonumber(ARGV[8]) > need then need, wanted = tonumber(ARGV[8]), ARGV[8] end
       end
     end
+  end
+  -- A change left out: the task no longer knows every change, so it reads everything.
+  if overflow and not string.find(tail .. '\\n', '\\n*\\n', 1, true) then
+    tail = tail .. '\\n*'
+    changed = true
   end
 end
 local space = string.find(head, ' ', 1, true)
@@ -334,6 +407,20 @@ elseif changed then
 end
 if (tonumber(not_before) or 0) > (tonumber(eta) or 0) then return {0, not_before} end
 return {0, eta}
+"""
+
+# A request that asks for a full reconcile: claims the mark (KEYS[1]) with ARGV[1] (its value,
+# which says FULL) for ARGV[2] seconds, or adds FULL to the mark that is there. 1 when it claimed.
+_CLAIM_FULL = """
+local value = redis.call('get', KEYS[1])
+if not value then
+  redis.call('set', KEYS[1], ARGV[1], 'EX', ARGV[2])
+  return 1
+end
+if not string.find(value .. '\\n', '\\n*\\n', 1, true) then
+  redis.call('set', KEYS[1], value .. '\\n*', 'KEEPTTL')
+end
+return 0
 """
 
 # Undo a claim whose publish failed: only the mark of that claim (its ETA), raised or not.
@@ -363,6 +450,7 @@ class RedisFlags:
         self.prefix = prefix
         self._claim_one = self.client.register_script(_CLAIM_ONE)
         self._release = self.client.register_script(_RELEASE)
+        self._claim_full = self.client.register_script(_CLAIM_FULL)
         # Concurrent claims (the listener's threads) share one pipelined round trip, on a
         # connection of their own: only the batch's leader uses it, one batch at a time.
         self._claims: GroupCommit[list, object] = GroupCommit(self._claim_batch)
@@ -414,13 +502,22 @@ class RedisFlags:
         return f"{self.prefix}:reconcile-spaced:{kyma_id}"
 
     def claim(
-        self, kyma_ids: Sequence[int], now: dt.datetime, eta: dt.datetime, changes: Sequence[str] = ()
+        self,
+        kyma_ids: Sequence[int],
+        now: dt.datetime,
+        eta: dt.datetime,
+        changes: Sequence[str] = (),
+        *,
+        full: bool = False,
     ) -> list[int]:
         ttl = int(_ttl().total_seconds())
-        value = "\n".join([f"{_stamp(eta)} 0", *changes])
+        value = "\n".join([f"{_stamp(eta)} 0", *changes, *([FULL] if full and FULL not in changes else [])])
         with self.client.pipeline(transaction=False) as pipe:
             for kyma_id in kyma_ids:
-                pipe.set(self.key(kyma_id), value, nx=True, ex=ttl)
+                if full:  # atomic: a task that starts meanwhile takes the mark with FULL, or none
+                    self._claim_full(keys=[self.key(kyma_id)], args=[value, ttl], client=pipe)
+                else:
+                    pipe.set(self.key(kyma_id), value, nx=True, ex=ttl)
             results = pipe.execute()
         return [kyma_id for kyma_id, won in zip(kyma_ids, results, strict=True) if won]
 
@@ -496,7 +593,7 @@ class RedisFlags:
         head, *changes = value.decode().split("\n")
         _, _, not_before = head.partition(" ")
         moment = _moment(not_before) if not_before and float(not_before) > 0 else None
-        return Started(moment, tuple(line for line in changes if line))
+        return Started(moment, tuple(line for line in changes if line), found=True)
 
     def queued(self, kyma_ids: Sequence[int]) -> set[int]:
         with self.client.pipeline(transaction=False) as pipe:

@@ -57,7 +57,7 @@ from fleet.models import Kyma
 from kernel.errors import QueueUnavailable
 
 from .changes import StoredChange
-from .marks import Started, flags
+from .marks import FULL, Started, flags
 
 log = logging.getLogger(__name__)
 
@@ -110,37 +110,42 @@ def _publish_failed(kyma_ids: list[int], eta: dt.datetime) -> None:
 
 
 def kyma_reconcile_request(
-    kyma_ids: Sequence[int], *, reason: str, countdown: float = 0, urgent: bool = False
+    kyma_ids: Sequence[int], *, reason: str, countdown: float = 0, urgent: bool = False, full: bool = True
 ) -> list[int]:
     """Ask for a reconcile of each Kyma; returns the ids for which a task was published.
 
     Kymas with a reconcile already queued are covered by it and publish nothing, unless the
     request is ``urgent`` (made by the control plane: see the module docstring).
+    ``full``: the reconcile reads everything in the runtime, also what no event said changed (a
+    queued task it joins does too). ``full=False`` is for requests whose change the control plane
+    holds (a module manager's SyncResource, beat's sweep): see :mod:`fleet.reconciler.engine`.
     ``countdown`` delays the task (requests meanwhile coalesce into it). Inside a transaction the
     request waits for the commit (a worker must see what was written); a publish error then
     surfaces in the log, not to the caller.
     """
     ids = list(dict.fromkeys(kyma_ids))
     if connection.in_atomic_block:
-        transaction.on_commit(lambda: _request_logged(ids, reason, countdown, urgent))
+        transaction.on_commit(lambda: _request_logged(ids, reason, countdown, urgent, full))
         return []
-    return _request(ids, reason, countdown, urgent)
+    return _request(ids, reason, countdown, urgent, full)
 
 
-def _request_logged(kyma_ids: list[int], reason: str, countdown: float, urgent: bool) -> None:
+def _request_logged(kyma_ids: list[int], reason: str, countdown: float, urgent: bool, full: bool) -> None:
     try:
-        _request(kyma_ids, reason, countdown, urgent)
+        _request(kyma_ids, reason, countdown, urgent, full)
     except QueueUnavailable as exc:
         # The periodic sweep (or the expiry of the mark) picks these Kymas up again.
         log.warning("reconcile request for %d Kyma(s) not queued (%s): %s", len(kyma_ids), reason, exc)
 
 
-def _request(kyma_ids: list[int], reason: str, countdown: float, urgent: bool = False) -> list[int]:
+def _request(
+    kyma_ids: list[int], reason: str, countdown: float, urgent: bool = False, full: bool = True
+) -> list[int]:
     now = timezone.now()
     eta = now + dt.timedelta(seconds=countdown)
     store = flags()
     try:
-        claimed = store.claim(kyma_ids, now, eta)
+        claimed = store.claim(kyma_ids, now, eta, full=full)
     except RedisError as exc:
         raise QueueUnavailable(f"the reconcile queue marks are unavailable: {exc}") from exc
     won = set(claimed)
@@ -193,8 +198,8 @@ def kyma_reconcile_request_one(
     if change is not None:
         need, changes = None, [change.encode()]
         fallback: dt.datetime | None = now + dt.timedelta(seconds=margin)
-    else:
-        need, changes, fallback = now + dt.timedelta(seconds=margin), [], None
+    else:  # what changed is unknown: the reconcile reads everything
+        need, changes, fallback = now + dt.timedelta(seconds=margin), [FULL], None
     try:
         claimed, eta = store.claim_one(kyma_id, now, eta, need, changes, fallback)
     except RedisError as exc:

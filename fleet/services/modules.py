@@ -88,7 +88,7 @@ def moduleconfig_set_status(*, config: ModuleConfig, status: dict) -> bool:
         config.status = status
         resource_save(config, before=config.spec_snapshot())
         if shown != {key: status.get(key) for key in REFLECTED_STATUS}:
-            queue.request([config.kyma_id], reason="module status reported", urgent=True)
+            queue.request([config.kyma_id], reason="module status reported", urgent=True, full=False)
         moduleconfig_revision_stamp(config)  # last: see its docstring
     return True
 
@@ -105,7 +105,9 @@ def syncresource_save(resource: SyncResource) -> bool:
         resource.namespace = resource.kyma.namespace if resource.kyma_id else resource.namespace
         changed = resource_save(resource, before=stored_spec(resource))
         if changed:
-            queue.request([resource.kyma_id], reason=f"sync resource {resource.name} changed", urgent=True)
+            queue.request(
+                [resource.kyma_id], reason=f"sync resource {resource.name} changed", urgent=True, full=False
+            )
     return changed
 
 
@@ -140,5 +142,5 @@ def syncresource_delete(*, resource: SyncResource) -> bool:
     with transaction.atomic():
         kyma_id = resource.kyma_id
         gone = deletion_begin(resource)
-        queue.request([kyma_id], reason=f"sync resource {resource.name} deleted", urgent=True)
+        queue.request([kyma_id], reason=f"sync resource {resource.name} deleted", urgent=True, full=False)
     return gone

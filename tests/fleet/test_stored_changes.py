@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from fleet import queue
 from fleet.queue.changes import MAX_CHANGES, StoredChange, decode_all
+from fleet.queue.marks import FULL
 from tests.factories import KymaFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -96,9 +97,10 @@ class TestOnTheMark:
         asked = timezone.now()
         assert queue.request_one(kyma.pk, countdown=0, margin=0.3, change=change("extra"))[0] is False
         start = queue.start(kyma.pk)
-        assert len(start.changes) == MAX_CHANGES
+        assert len(decode_all(start.changes)) == MAX_CHANGES
         assert change("extra").encode() not in start.changes
         assert start.not_before >= asked + dt.timedelta(seconds=0.3)
+        assert start.full  # it does not know every change: it reads everything
 
     def test_given_an_event_without_a_change_then_the_task_waits_the_delay_as_before(
         self, task_queue, settings
@@ -110,4 +112,57 @@ class TestOnTheMark:
         assert queue.Coverage().request(kyma.pk) is True
         assert queue.queued([kyma.pk]) == {kyma.pk}
         assert queue.request_one(kyma.pk, countdown=0.3)[1] >= asked + dt.timedelta(seconds=0.3)
-        assert queue.start(kyma.pk).changes == ()
+        start = queue.start(kyma.pk)
+        assert start.changes == (FULL,) and start.full  # what changed is unknown: it reads everything
+
+
+class TestHowMuchToRead:
+    """The mark says whether the task must read everything (``Started.full``)."""
+
+    def test_given_only_requests_that_said_what_changed_then_the_task_is_targeted(self, task_queue):
+        kyma = KymaFactory()
+        task_queue()
+        queue.request_one(kyma.pk, countdown=0, change=change("7"))
+        assert queue.request([kyma.pk], reason="sync resource s changed", urgent=True, full=False) == [
+            kyma.pk
+        ]
+        queue.request_one(kyma.pk, countdown=0, change=change("8"))
+        start = queue.start(kyma.pk)
+        assert not start.full and len(decode_all(start.changes)) == 2
+
+    def test_given_a_full_request_joins_a_queued_task_then_it_reads_everything(self, task_queue):
+        kyma = KymaFactory()
+        task_queue()
+        queue.request_one(kyma.pk, countdown=0, change=change("7"))
+        assert queue.request([kyma.pk], reason="requested by a user") == []  # joined the queued one
+        queue.request([kyma.pk], reason="requested by a user")  # once is enough
+        start = queue.start(kyma.pk)
+        assert start.full and start.changes.count(FULL) == 1
+        assert decode_all(start.changes) == (change("7"),)  # still checked before it reads
+
+    def test_given_a_full_request_first_then_the_mark_stays_full_as_events_join(self, task_queue):
+        kyma = KymaFactory()
+        task_queue()
+        assert queue.request([kyma.pk], reason="requested by a user") == [kyma.pk]
+        queue.request_one(kyma.pk, countdown=0, change=change("7"))
+        assert queue.start(kyma.pk).full
+
+    def test_given_a_full_task_that_must_retry_then_its_rearmed_mark_stays_full(self, task_queue):
+        kyma = KymaFactory()
+        task_queue()
+        queue.request_one(kyma.pk, countdown=0)
+        start = queue.start(kyma.pk)
+        assert queue.rearm(kyma.pk, 0.5, not_before=start.not_before, changes=start.changes) is not None
+        assert queue.start(kyma.pk).full
+
+    def test_given_no_mark_then_the_task_reads_everything(self, task_queue):
+        kyma = KymaFactory()
+        task_queue()
+        assert queue.start(kyma.pk).full  # redelivered, or its mark expired: what it covers is unknown
+
+    def test_given_full_requests_for_kymas_that_are_gone_then_they_are_skipped(self, task_queue):
+        kyma = KymaFactory()
+        task_queue()
+        queue.request_one(kyma.pk, countdown=0, change=change("7"))
+        assert queue.request([kyma.pk, 999_999], reason="requested by a user") in ([], [999_999])
+        assert queue.start(kyma.pk).full
