@@ -45,7 +45,6 @@ def kyma_reconcile(
             reason=reason,
             urgent=urgent,
             marked=marked,
-            retried=bool(self.request.retries),
             busy=busy,
         )
     except queue.RetryLater as later:

@@ -84,6 +84,9 @@ class ReconcileContext:
     # A periodic reconcile with a live runtime watcher: what the watcher's events cover (the
     # runtime's Kyma, module CRs) is known unchanged since it was last verified (engine).
     events_trusted: bool = False
+    # Every request said what changed: what no event covers waits for beat's sweep (engine).
+    targeted: bool = False
+    named: set[tuple[str, str, str, str]] = field(default_factory=set)  # objects its events named
     dropped: set[str] = field(default_factory=set)  # condition types that no longer apply
     recheck_at: dt.datetime | None = None  # reconcile again no later than this
     # What this reconcile changed, for its record and the Kyma's timeline (fleet.models.records).
@@ -91,13 +94,15 @@ class ReconcileContext:
     drift: list[dict[str, str]] = field(default_factory=list)  # objects corrected: kind, namespace, name
     listed: dict[tuple[str, str, str, str], dict[str, Any] | None] = field(default_factory=dict)
     verified: dict[str, list] = field(default_factory=dict)  # Kyma.runtime_verified, as it becomes
+    same_cluster: bool = False  # what Kyma.runtime_verified says was seen in this very cluster
     _catalog: dict[str, Module] | None = None
 
     def __post_init__(self) -> None:
         # Only valid for the cluster it was seen in: another kubeconfig starts from nothing.
         cluster = self.kyma.kubeconfig.digest()[:16] if self.kyma.kubeconfig else ""
         stored = self.kyma.runtime_verified or {}
-        self.verified = dict(stored) if stored.get(KUBECONFIG_KEY) == cluster else {KUBECONFIG_KEY: cluster}
+        self.same_cluster = stored.get(KUBECONFIG_KEY) == cluster
+        self.verified = dict(stored) if self.same_cluster else {KUBECONFIG_KEY: cluster}
 
     def catalog(self) -> dict[str, Module]:
         """The module catalog by name, read once per reconcile (tens of rows): the watcher's
@@ -123,6 +128,20 @@ class ReconcileContext:
             self.changes.append({"kind": kind, **details})
         elif len(self.changes) == CHANGES_KEPT:
             self.changes.append({"kind": "more", "text": "more changes not listed"})
+
+    def keep_condition(self, type_: str) -> bool:
+        """Carry a condition over from the stored status unchanged (this reconcile did not look
+        again); False when the status has none."""
+        for stored in self.kyma.conditions:
+            if stored.get("type") == type_:
+                self.condition(
+                    type_, stored.get("status", UNKNOWN), stored.get("reason", ""), stored.get("message", "")
+                )
+                return True
+        return False
+
+    def stored_condition_true(self, type_: str) -> bool:
+        return any(c.get("type") == type_ and c.get("status") == TRUE for c in self.kyma.conditions)
 
     def drop_condition(self, type_: str) -> None:
         """Remove a condition from the status (what it watched is gone)."""

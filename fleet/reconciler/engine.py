@@ -11,8 +11,9 @@ skip-reconciliation label) is left alone (see :mod:`.pause`).
 from __future__ import annotations
 
 import datetime as dt
+import enum
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from celery import current_app
@@ -32,6 +33,14 @@ NOTIFY_TASK = "controlplane.notify_module_managers"
 log = logging.getLogger(__name__)
 
 
+class Scope(enum.StrEnum):
+    """How much of the runtime a reconcile reads (see :func:`kyma_reconcile`)."""
+
+    FULL = "full"  # everything: a user's "reconcile now", an event that did not say what changed
+    PERIODIC = "periodic"  # beat's sweep
+    TARGETED = "targeted"  # every request it covers said what changed
+
+
 def _runtime_steps(ctx: ReconcileContext) -> None:
     kyma = ctx.kyma
     finalizers = with_finalizer(kyma.finalizers)
@@ -43,8 +52,8 @@ def _runtime_steps(ctx: ReconcileContext) -> None:
     live = runtime_kyma.sync(ctx)
     ctx.condition("Runtime", TRUE, "Reachable", "the runtime's API server answers")
     ctx.step()
-    watchers = watcher_resources.active_watchers()
-    watcher_resources.sync(ctx, watchers)
+    if not watcher_resources.left_as_is(ctx):
+        watcher_resources.sync(ctx, watcher_resources.active_watchers())
     watcher_heartbeat.evaluate(ctx)
     ctx.step()
     changed_configs = modules.sync(ctx)
@@ -61,26 +70,43 @@ def kyma_reconcile(
     heartbeat: object = None,
     now: dt.datetime | None = None,
     lease_owner: str = "",
-    periodic: bool = False,
+    scope: Scope = Scope.FULL,
+    named: Collection[ObjectKey] = (),
     seen: Mapping[ObjectKey, dict[str, Any] | None] | None = None,
 ) -> Outcome:
     """Reconcile one Kyma; the caller holds its lease (``heartbeat`` extends it between steps; with
     ``lease_owner`` the final status write releases it: see ``Outcome.lease_released``).
 
-    A ``periodic`` reconcile (beat's sweep, no event joined it) of a Kyma whose runtime watcher is
-    alive (heard within ``WATCHER_SILENT_AFTER``) and whose spec was already reconciled trusts the
-    watcher's events: the objects they cover (the runtime's Kyma, module CRs) were reported had
-    they changed, so those verified less than ``RUNTIME_RECHECK_INTERVAL`` ago are not read again
-    (see :mod:`.runtime_kyma`, :mod:`.modules`). Every other reconcile reads them. ``seen``: runtime
-    objects read moments ago (the ones its events named, once their change was stored:
-    :mod:`.stored`), not read again."""
+    ``named``: the runtime objects its events said changed; ``seen``: those of them read moments
+    ago, once their change was stored (:mod:`.stored`), not read again. Every reconcile reads the
+    objects its events named. How much else it reads, by ``scope``, when the Kyma's runtime
+    watcher is alive (heard within ``WATCHER_SILENT_AFTER``) and its spec was reconciled already
+    (else it reads everything):
+
+    - ``FULL`` reads everything.
+    - ``PERIODIC`` (beat's sweep) trusts the watcher's events: the objects they cover (the
+      runtime's Kyma, module CRs) were reported had they changed, so those verified less than
+      ``RUNTIME_RECHECK_INTERVAL`` ago are not read again (:mod:`.runtime_kyma`, :mod:`.modules`).
+      What no event covers (the runtime watcher's Secret, Deployment and webhooks; the
+      SyncResources' objects) it reads, to find drift.
+    - ``TARGETED`` (every request it covers said what changed: events that named their change, a
+      module manager's SyncResource) trusts the events as ``PERIODIC`` does, and also leaves the
+      rest to beat's sweep: a runtime watcher that was Ready is left as it is (an event from it
+      just showed it works; a change of its objects on the control plane's side asks for a full
+      reconcile), and only SyncResources that changed (or are not all Applied) are applied
+      (:mod:`.watcher_resources`, :mod:`.sync_resources`). A module-CR edit then costs no read
+      but the CR's own.
+    """
     ctx = ReconcileContext(kyma=kyma, now=now or timezone.now(), heartbeat=heartbeat, lease_owner=lease_owner)
     ctx.listed.update(seen or {})
+    ctx.named = {*named, *(seen or {})}
     ctx.events_trusted = (
-        periodic
+        scope != Scope.FULL
         and kyma.generation == kyma.observed_generation
         and watcher_heard_recently(kyma.watcher_last_seen_at, ctx.now)
     )
+    # (another kubeconfig: what was seen is of another cluster, so nothing is left to beat's sweep)
+    ctx.targeted = ctx.events_trusted and scope == Scope.TARGETED and ctx.same_cluster
     if kyma.is_deleting:
         return deletion.run(ctx)
     if kyma.skip_reconciliation:

@@ -7,11 +7,11 @@ module's ModuleConfig, whose revision moves only on a real change (and then the 
 is notified). The module's state comes from its manager's report (ModuleConfig status), else from
 the CR's ``status.state``, else it is Processing.
 
-A periodic reconcile that trusts the runtime watcher's events (``ctx.events_trusted``: its
-``module-crs`` webhook reports every change of a module CR's spec) does not read a CR seen in
-place less than ``RUNTIME_RECHECK_INTERVAL`` ago when the module's manager reported its state: the
-ModuleConfig then says all the outcome needs. A state taken from the CR's own status is read every
-time (status changes are not reported).
+A reconcile that trusts the runtime watcher's events (``ctx.events_trusted``: its ``module-crs``
+webhook reports every change of a module CR's spec) does not read a CR seen in place less than
+``RUNTIME_RECHECK_INTERVAL`` ago, unless one of its events named it, when the module's manager
+reported its state: the ModuleConfig then says all the outcome needs. A state taken from the
+CR's own status is read every time (status changes are not reported).
 """
 
 from __future__ import annotations
@@ -133,7 +133,8 @@ def _one(
     doc = module_resource(module, ctx.kyma.runtime_id)
     key, digest = "|".join(key_of(doc)), document_hash(doc)
     reported = ((config.status if config else {}) or {}).get("state")
-    if ctx.events_trusted and reported and verified_recently(ctx, key, digest):
+    named = key_of(doc) in ctx.named  # an event of this reconcile said it changed
+    if ctx.events_trusted and reported and not named and verified_recently(ctx, key, digest):
         state, message = _state_of(config, {})
         return ModuleOutcome(
             module.name,

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from fleet import queue
 from fleet.models import Kyma, ReconcileRecord
-from fleet.reconciler import kyma_reconcile
+from fleet.reconciler import Scope, kyma_reconcile
 from fleet.reconciler.context import LeaseLost
 from fleet.reconciler.drift import count_corrections
 from fleet.reconciler.stored import Seen, wait_until_stored
@@ -127,6 +127,12 @@ def _space_next(kyma: Kyma, min_spacing: float, provisional: bool) -> None:
         queue.spaced(kyma.pk, None)
 
 
+def _scope(start: queue.Started, reason: str) -> Scope:
+    if start.full:
+        return Scope.FULL
+    return Scope.PERIODIC if reason == queue.PERIODIC_REASON else Scope.TARGETED
+
+
 def kyma_reconcile_run(
     kyma_id: int,
     *,
@@ -134,7 +140,6 @@ def kyma_reconcile_run(
     reason: str = "",
     urgent: bool = False,
     marked: bool = True,
-    retried: bool = False,
     busy: int = 0,
 ) -> None:
     """Entry point of the reconcile task; returns quietly when the Kyma is gone.
@@ -159,9 +164,12 @@ def kyma_reconcile_run(
     When the events said which changes they saw, it first checks that the runtime stored them
     (:mod:`.stored`).
 
-    It counts as *periodic* (it may trust the runtime watcher's events: :mod:`.engine`) only when
-    beat's sweep queued it (``reason``), it is not a retry (a task deferred to later may cover
-    events that left no trace on its mark) and no event joined it (no changes, no "not before").
+    How much it reads (:class:`fleet.reconciler.Scope`): everything when a request it covers
+    asked for that or did not say what changed (its mark says so: :mod:`fleet.queue.marks`), or
+    when it found no mark (redelivered, or retried after it lost the mark: what it covers is
+    unknown); else as beat's sweep when that queued it (``reason``); else only what its requests
+    named. An unmarked task (a control-plane change: a module manager's SyncResource) is targeted:
+    a request that wanted more also marked the queued task, which follows.
 
     Database round trips of a no-op: the lease is taken first and the Kyma read once under it;
     the status write releases the lease in the same UPDATE; the record is inserted without
@@ -171,12 +179,12 @@ def kyma_reconcile_run(
         start = queue.start(kyma_id)
     else:
         queue.start_urgent(kyma_id)
-        start = queue.Started()
+        start = queue.Started(found=True)
     if busy and not BUSY_SLOTS.take():
         _defer_busy(kyma_id, start, marked=marked, wait=busy_wait(min_spacing, busy))
         return  # another task is queued: it runs when a slot is free
     try:
-        _run_started(kyma_id, start, min_spacing, reason, urgent, marked, retried)
+        _run_started(kyma_id, start, min_spacing, reason, urgent, marked)
     finally:
         if busy:
             BUSY_SLOTS.give_back()
@@ -189,7 +197,6 @@ def _run_started(
     reason: str,
     urgent: bool,
     marked: bool,
-    retried: bool,
 ) -> None:
     not_before, changes = start.not_before, start.changes
     provisional = _space_provisionally(kyma_id, min_spacing)
@@ -233,12 +240,17 @@ def _run_started(
             time.sleep(queue.hold_for(not_before))
         started_at, started = timezone.now(), time.perf_counter()
         seen: Seen = {}  # the changed objects, read once stored: the reconcile uses them
-        if changes:  # the reconcile starts once they are stored
-            wait_until_stored(kyma, queue.decode_all(changes), seen=seen)
+        stored = queue.decode_all(changes)
+        if stored:  # the reconcile starts once they are stored
+            wait_until_stored(kyma, stored, seen=seen)
             started_at, started = timezone.now(), time.perf_counter()
-        periodic = reason == queue.PERIODIC_REASON and not retried and not changes and not_before is None
         outcome = kyma_reconcile(
-            kyma, heartbeat=queue.LeaseKeeper(kyma_id, owner), lease_owner=owner, periodic=periodic, seen=seen
+            kyma,
+            heartbeat=queue.LeaseKeeper(kyma_id, owner),
+            lease_owner=owner,
+            scope=_scope(start, reason),
+            named=[change.key for change in stored],
+            seen=seen,
         )
         released = outcome.lease_released
     except LeaseLost as exc:

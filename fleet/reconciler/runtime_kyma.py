@@ -77,11 +77,13 @@ def _labels_digest(kyma: Kyma) -> str:
 
 
 def known_unchanged(ctx: ReconcileContext) -> bool:
-    """Whether this reconcile may leave the runtime's Kyma unread: it trusts the watcher's events,
-    the control plane has nothing new to push, and the Kyma was seen with our labels recently."""
+    """Whether this reconcile may leave the runtime's Kyma unread: it trusts the watcher's events
+    (and none of its own named the Kyma), the control plane has nothing new to push, and the Kyma
+    was seen with our labels recently."""
     kyma = ctx.kyma
     return (
         ctx.events_trusted
+        and (API_VERSION, "Kyma", NAMESPACE, NAME) not in ctx.named
         and kyma.generation == kyma.pushed_generation
         and verified_recently(ctx, VERIFIED_KEY, _labels_digest(kyma))
     )

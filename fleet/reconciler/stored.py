@@ -72,7 +72,7 @@ def changes_stored(
             if not change.stored(live):
                 waiting.append(change)
             elif seen is not None:
-                seen[(change.api_version, change.kind, change.namespace or "", change.name)] = live
+                seen[change.key] = live
         pending = waiting
         now = time.monotonic()
         if not pending or now >= deadline:

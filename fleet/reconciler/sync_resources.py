@@ -2,10 +2,13 @@
 
 ServerSideApply applies a manifest when the runtime's object is missing, carries another content
 hash, or differs in a field the manifest sets (drift, corrected and recorded: see :mod:`.drift`);
-manifests of one kind and namespace are read with one labelled list. CreateOnly creates a missing
-object and never touches an existing one; ReadOnly only observes. Manifests that left a
-SyncResource are pruned from the runtime unless the deletion policy
-is Orphan (read-only objects are never deleted). Each manifest's outcome is recorded; the
+manifests of one kind and namespace are read with one labelled list. A manifest whose content
+changed since its last successful apply is applied without a read (the answer says whether it
+was created: then it had been deleted in the runtime, which is drift). A targeted reconcile
+(:mod:`.engine`) applies only the SyncResources that changed or are not all Applied.
+CreateOnly creates a missing object and never touches an existing one; ReadOnly only observes.
+Manifests that left a SyncResource are pruned from the runtime unless the deletion policy is
+Orphan (read-only objects are never deleted). Each manifest's outcome is recorded; the
 SyncResource row is written only when that record changed.
 """
 
@@ -31,6 +34,11 @@ ORDER = {"CustomResourceDefinition": 0, "Namespace": 1}
 
 def identity(entry: dict[str, Any]) -> tuple[str, str, str, str]:
     return entry["apiVersion"], entry["kind"], entry.get("namespace") or "", entry["name"]
+
+
+def _key(doc: dict[str, Any]) -> tuple[str, str, str, str]:
+    """:func:`identity` of a manifest."""
+    return identity({"apiVersion": doc["apiVersion"], "kind": doc["kind"], **doc["metadata"]})
 
 
 def prepared(doc: dict[str, Any], resource: SyncResource) -> dict[str, Any]:
@@ -59,11 +67,33 @@ def _entry(doc: dict[str, Any], state: str, message: str, applied_at: str | None
     return entry
 
 
+def replaced(resource: SyncResource, doc: dict[str, Any], old: dict | None) -> bool:
+    """Whether ``doc`` is applied without reading the runtime's object first: server-side apply,
+    and its last apply succeeded with another content (the object carries another hash, or is
+    gone: either way it is applied, and the answer says whether it was created)."""
+    return (
+        resource.apply_strategy == ApplyStrategy.SERVER_SIDE_APPLY
+        and (old or {}).get("state") == ManifestState.APPLIED
+        and (old or {}).get("hash") != doc["metadata"]["annotations"][HASH_ANNOTATION]
+    )
+
+
+def _replace(ctx: ReconcileContext, resource: SyncResource, doc: dict[str, Any]) -> dict:
+    _, created = ctx.client.apply_created(doc)
+    if created:  # it was applied before: deleted in the runtime since
+        ctx.drift.append(describe(doc))
+    else:
+        ctx.change("applied", resource=resource_name(doc), action=f"updated (SyncResource {resource.name})")
+    return _entry(doc, ManifestState.APPLIED, "", rfc3339(ctx.now))
+
+
 def _sync_one(ctx: ReconcileContext, resource: SyncResource, doc: dict[str, Any], old: dict | None) -> dict:
     client = ctx.client
     previous_time = (old or {}).get("lastAppliedTime")
     now = rfc3339(ctx.now)
     try:
+        if replaced(resource, doc, old):
+            return _replace(ctx, resource, doc)
         live = live_object(ctx, doc)
         if resource.apply_strategy == ApplyStrategy.READ_ONLY:
             if live is None:
@@ -122,12 +152,25 @@ def _prune(ctx: ReconcileContext, resource: SyncResource, entries: list[dict]) -
     return left
 
 
+def settled(resource: SyncResource) -> bool:
+    """Whether the SyncResource is in the runtime as it is now: this content applied, every
+    manifest Applied (a targeted reconcile leaves it to beat's sweep, which looks for drift)."""
+    return (
+        not resource.is_deleting
+        and FINALIZER in resource.finalizers
+        and resource.observed_generation == resource.generation
+        and all(entry.get("state") == ManifestState.APPLIED for entry in resource.manifest_status)
+    )
+
+
 def sync(ctx: ReconcileContext) -> None:
     failing: dict[str, list[str]] = {}
     for resource in SyncResource.objects.filter(kyma=ctx.kyma).select_related("module"):
         ctx.step()
         if resource.is_deleting:
             _finish_deletion(ctx, resource)
+            continue
+        if ctx.targeted and settled(resource):
             continue
         manifests = resource.parsed_manifests(stored=True)
         docs = sorted(manifests, key=lambda d: ORDER.get(d.get("kind"), 2))
@@ -140,13 +183,10 @@ def sync(ctx: ReconcileContext) -> None:
             status = []
             ready_docs = [prepared(doc, resource) for doc in docs]
             if resource.apply_strategy == ApplyStrategy.SERVER_SIDE_APPLY:  # (others: maybe not ours)
-                prefetch(ctx, ready_docs)
+                prefetch(ctx, [doc for doc in ready_docs if not replaced(resource, doc, old.get(_key(doc)))])
             for ready in ready_docs:
                 ctx.step()
-                key = identity(
-                    {"apiVersion": ready["apiVersion"], "kind": ready["kind"], **ready["metadata"]}
-                )
-                status.append(_sync_one(ctx, resource, ready, old.pop(key, None)))
+                status.append(_sync_one(ctx, resource, ready, old.pop(_key(ready), None)))
             status.extend(_prune(ctx, resource, list(old.values())))
         if status != resource.manifest_status or resource.observed_generation != resource.generation:
             SyncResource.objects.filter(pk=resource.pk).update(
@@ -214,8 +254,7 @@ def _refused_by_policy(
     status = []
     for index, doc in enumerate(docs):
         ready = prepared(doc, resource)
-        key = identity({"apiVersion": ready["apiVersion"], "kind": ready["kind"], **ready["metadata"]})
-        previous = (left.pop(key, None) or {}).get("lastAppliedTime")
+        previous = (left.pop(_key(ready), None) or {}).get("lastAppliedTime")
         if index in reasons:
             message = f"refused by the manifest policy: {reasons[index]}"
             status.append(_entry(ready, ManifestState.FAILED, message, previous))

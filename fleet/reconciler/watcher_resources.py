@@ -4,7 +4,8 @@ Each object carries a content hash; an object is applied only when the runtime's
 carries another hash, or differs in a field we manage (drift: a scaled-down Deployment, a removed
 webhook, edited Secret data), so a reconcile that finds everything in place writes nothing. The
 Secret, Deployment and webhook configuration are read every reconcile; the rest is rechecked every
-``RUNTIME_RECHECK_INTERVAL`` (see :mod:`.apply`). The
+``RUNTIME_RECHECK_INTERVAL`` (see :mod:`.apply`). A targeted reconcile leaves a Ready watcher
+alone (:func:`left_as_is`). The
 Deployment's readiness decides the ``SKRWebhook`` condition: a crash-looping or unpullable watcher
 is an Error (upstream once reported it Ready).
 """
@@ -24,6 +25,7 @@ from .context import FALSE, TRUE, ReconcileContext
 
 # What breaks events or the watcher at once when changed: checked every reconcile.
 EVERY_TIME = frozenset({"Secret", "Deployment", "ValidatingWebhookConfiguration"})
+CONDITION = "SKRWebhook"
 FAILING_REASONS = ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError")
 
 
@@ -32,6 +34,16 @@ def active_watchers() -> list[Watcher]:
     (its status says why) rather than make every runtime refuse the whole configuration."""
     watchers = Watcher.objects.filter(deletion_timestamp__isnull=True).order_by("namespace", "name")
     return [w for w in watchers if not webhook_problem(w)]
+
+
+def left_as_is(ctx: ReconcileContext) -> bool:
+    """Whether a targeted reconcile (:mod:`.engine`) leaves the runtime watcher alone: it was
+    Ready, and an event from it just showed it works. What changes its objects on the control
+    plane's side (a Watcher, a certificate renewed, the CA rotated) asks for a full reconcile of
+    every runtime concerned; beat's sweep looks for drift. Its condition stays as it was."""
+    if ctx.targeted and ctx.stored_condition_true(CONDITION):
+        return ctx.keep_condition(CONDITION)
+    return False
 
 
 def sync(ctx: ReconcileContext, watchers: list[Watcher]) -> None:
