@@ -32,7 +32,7 @@ def module_manager_notify(*, config_id: int) -> bool:
     """POST the current ModuleConfig to its manager; False when there is nothing to send."""
 
     config = ModuleConfig.objects.select_related("kyma", "module").filter(pk=config_id).first()
-    if config is None or not config.module.manager_url or not config.module.notify_secret:
+    if config is None or not config.module.notifies:
         return False
     body = json.dumps(ModuleConfigKind().to_document(config), separators=(",", ":")).encode()
     timestamp = str(int(time.time()))

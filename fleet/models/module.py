@@ -104,6 +104,11 @@ class Module(ResourceModel):
     class Meta:
         ordering = ["name"]
 
+    @property
+    def notifies(self) -> bool:
+        """Whether its manager gets change notifications (it has a URL and a key for them)."""
+        return bool(self.manager_url and self.notify_secret)
+
     def clean(self) -> None:
         if self.cr_kind and not self.cr_kind[:1].isupper():
             raise ValidationError({"cr_kind": "a kind starts with an upper-case letter (e.g. Keda)"})

@@ -71,7 +71,8 @@ def _state_of(config: ModuleConfig | None, live: dict[str, Any]) -> tuple[str, s
 
 
 def sync(ctx: ReconcileContext) -> list[int]:
-    """Reconcile every module of the Kyma; returns ids of ModuleConfigs that changed."""
+    """Reconcile every module of the Kyma; returns ids of ModuleConfigs that changed whose
+    manager gets notifications (:attr:`Module.notifies`; the others watch or poll)."""
     kyma = ctx.kyma
     entries = kyma.module_entries()
     catalog = ctx.catalog()
@@ -187,7 +188,7 @@ def _one(
             source_generation=source[1],
             source_resource_version=source[2],
         )
-        if was_changed:
+        if was_changed and module.notifies:
             changed.append(config.pk)
     ctx.verified[key] = [digest, int(ctx.now.timestamp())]
     state, message = _state_of(config, live)

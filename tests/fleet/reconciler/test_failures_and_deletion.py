@@ -157,3 +157,20 @@ def test_given_a_changed_config_when_notified_then_the_manager_gets_a_verifiable
         assert json.loads(body)["spec"]["resource"] == {"replicas": 1}
     finally:
         server.shutdown()
+
+
+@pytest.mark.parametrize("notifies", [False, True])
+def test_given_a_changed_config_then_only_a_manager_with_a_url_and_key_is_notified(
+    runtimes, task_queue, notifies
+):
+    """Managers without them watch or poll: no task is queued for them."""
+    module = keda_module()
+    if notifies:
+        module.manager_url, module.notify_secret = "http://127.0.0.1:9/notify", "s3cret-key"
+        module.save()
+    kyma = connected_kyma(runtimes())
+    task_queue()
+    reconcile(kyma)
+    config = ModuleConfig.objects.get(kyma=kyma)
+    sent = [task.args for task in task_queue() if task.name == "controlplane.notify_module_managers"]
+    assert sent == ([[[config.pk]]] if notifies else [])
