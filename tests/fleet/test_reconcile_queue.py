@@ -16,6 +16,7 @@ from fleet.queue import LeaseBusy, NoBusySlot, StoredChange, TooSoon
 from fleet.queue.marks import FULL, RedisFlags, flags
 from fleet.reconciler.run import BUSY_RETRY, BUSY_RETRY_MAX, BUSY_SLOTS, busy_wait, kyma_reconcile_run
 from fleet.services.modules import syncresource_save
+from fleet.tasks import kyma_reconcile
 from kernel.errors import QueueUnavailable
 from tests.factories import KymaFactory, SyncResourceFactory
 
@@ -266,6 +267,18 @@ def test_given_a_sync_resource_written_right_after_a_reconcile_then_its_reconcil
         kyma_reconcile_run(kyma.pk, min_spacing=1.0, reason="watch-event")
     with pytest.raises(TooSoon):  # and so does a third within the spacing, even the control plane's
         kyma_reconcile_run(kyma.pk, min_spacing=1.0, reason="module status reported", urgent=True)
+
+
+def test_given_lease_busy_when_the_task_runs_then_it_is_published_again_and_ends(task_queue):
+    """Not a Celery retry (an error to Celery, costly under a storm): the same task, queued anew."""
+    kyma = KymaFactory()
+    queue.request([kyma.pk], reason="watch-event")
+    queue.lease_acquire(kyma.pk, owner="someone-else")
+    task_queue()
+    assert kyma_reconcile(kyma.pk, reason="watch-event", urgent=True, marked=True, busy=2) is None
+    [again] = task_queue()
+    assert (again.name, again.args) == ("controlplane.kyma_reconcile", [kyma.pk])
+    assert again.kwargs == {"reason": "watch-event", "urgent": True, "marked": True, "busy": 2}
 
 
 def test_given_an_urgent_task_whose_mark_another_holds_when_the_lease_is_busy_then_it_retries_unmarked(
