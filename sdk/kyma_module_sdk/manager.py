@@ -68,8 +68,10 @@ class Manager:
 
     Configs of different runtimes are handled by up to ``concurrency`` threads at once; the
     events of one config one after another, and when a config changed again before its handler
-    ran, only its latest version is handled. The revision kept on disk is the highest below
-    which every event was handled, so a restart repeats at most what was in hand.
+    ran, only its latest version is handled. Of the configs waiting, the one handled longest ago
+    goes first: a runtime whose config keeps changing does not hold back the others'. The
+    revision kept on disk is the highest below which every event was handled, so a restart
+    repeats at most what was in hand.
     """
 
     def __init__(
@@ -244,6 +246,7 @@ class _Dispatcher:
         self._lock = threading.Condition()
         self._waiting: dict[str, dict[str, Any]] = {}  # uid -> latest event not yet in hand
         self._order: list[str] = []  # uids waiting, oldest first
+        self._last: dict[str, float] = {}  # uid -> when its handling last began (monotonic)
         self._busy: set[str] = set()
         self._open: dict[int, int] = {}  # revision -> events waiting or in hand at it
         self._workers: list[threading.Thread] = []
@@ -304,14 +307,18 @@ class _Dispatcher:
             self._open.pop(revision, None)
 
     def _take(self) -> tuple[str, dict[str, Any]] | None:
+        """The next config to handle: of those waiting and not in hand, the one handled longest
+        ago (never handled: first), in arrival order among equals."""
         with self._lock:
             while not self.manager.stopping.is_set():
-                for index, uid in enumerate(self._order):
-                    if uid not in self._busy:
-                        del self._order[index]
-                        self._busy.add(uid)
-                        self._lock.notify_all()  # room for the watch reader
-                        return uid, self._waiting.pop(uid)
+                free = [(self._last.get(uid, 0.0), index) for index, uid in enumerate(self._order)]
+                free = [item for item in free if self._order[item[1]] not in self._busy]
+                if free:
+                    uid = self._order.pop(min(free)[1])
+                    self._busy.add(uid)
+                    self._last[uid] = time.monotonic()
+                    self._lock.notify_all()  # room for the watch reader
+                    return uid, self._waiting.pop(uid)
                 self._lock.wait(0.5)
             return None
 

@@ -148,3 +148,20 @@ def test_configs_are_handled_side_by_side_latest_first_and_progress_never_passes
         assert json.loads(state.read_text())["revision"] == 5
     finally:
         manager.stop()
+
+
+def test_of_the_configs_waiting_the_one_handled_longest_ago_goes_first():
+    """A runtime whose config keeps changing does not hold back another runtime's change."""
+    manager = _Recording(concurrency=1)
+    try:
+        manager._work.put(_event("b", 0))
+        _until(lambda: ("b", 0) in manager.done, "b handled")
+        manager._work.put(_event("a", 1))
+        assert manager.holding.wait(10), "a@1 never reached a handler"
+        manager._work.put(_event("b", 2))  # b changes again, c for the first time
+        manager._work.put(_event("c", 3))
+        manager.gate.set()
+        _until(lambda: len(manager.done) == 4, "all handled")
+        assert manager.done == [("b", 0), ("a", 1), ("c", 3), ("b", 2)]
+    finally:
+        manager.stop()
