@@ -479,7 +479,7 @@ def main() -> None:
             PYTHONPATH=str(ROOT / "sdk"),
         ),
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=(directory / "manager.log").open("w") if args.trace else subprocess.DEVNULL,
         start_new_session=True,
     )
     print(
@@ -526,8 +526,10 @@ def main() -> None:
                 for generator in generators:
                     generator.start()
                 if args.storm_samples:  # the storm's first seconds, before its runtimes count as busy
-                    storm, _ = measure(measured, args.storm_samples, values, give_up_after=3)
+                    storm, _ = measure(measured, args.storm_samples, values, give_up_after=3, stages=stages)
                     report("(b0) as the storm starts", storm)
+                    if stages:
+                        stages.report(storm)
                 started, since, usage = time.monotonic(), last_record_id(), role_usage(roles)
                 made = sum(done)
                 with LockWaits() if args.trace else contextlib.nullcontext() as locks:
@@ -558,6 +560,11 @@ def main() -> None:
         report(f"(c) {args.watches} watches, {args.rounds} changes", watched)
     finally:
         stop_processes([manager, *workers, web, listener])
+        if args.trace:  # what went wrong for the manager, if anything
+            problems = [
+                line for line in (directory / "manager.log").read_text().splitlines() if "retry" in line
+            ]
+            print(f"manager: {len(problems)} retried call(s)", *problems[:10], sep="\n    ")
     ratio = percentile(busy, 99) / percentile(rest, 99)
     print(f"\n(b)/(a) p99 = {ratio:.2f}; goals: (a) p99 <= 1000 ms, (b) p99 <= 2000 ms, (c) p99 <= 200 ms")
     print(
