@@ -180,9 +180,13 @@ class Stages:
             ("ModuleConfig -> SyncResource", self.sync, self.config),
             ("SyncResource -> runtime", latencies, self.sync),
         )
+        slowest = max(range(len(latencies)), key=latencies.__getitem__)
+        split = []
         for label, ends, starts in steps:
             spans = [max(0.0, end - start) for end, start in zip(ends, starts, strict=True)]
             print(f"    {label}: p50 {ms(spans, 50):.0f} ms, p99 {ms(spans, 99):.0f} ms")
+            split.append(f"{spans[slowest] * 1000:.0f}")
+        print(f"    the slowest edit ({latencies[slowest] * 1000:.0f} ms) by stage: {' / '.join(split)} ms")
         self.config, self.sync = [], []
 
 
