@@ -470,9 +470,10 @@ RECONCILE_ERROR_BACKOFF: list[float] = [
 RECONCILE_MIN_SPACING: float = env.float("RECONCILE_MIN_SPACING", default=1.0)
 # Of each worker process's slots, how many reconciles of runtimes that keep changing (their events
 # came while the spacing held them back) may hold at once; the rest stay for the other runtimes.
-# bench/module_chain.py (b), quiet runtimes' edits under 100 edits/s on 50 busy ones: with 4 of 16
-# slots p50 1.3 s, p99 3.5 s, 15.2 reconciles/s; with 2: p50 1.0 s, p99 3.6 s, only 10.2/s.
-RECONCILE_BUSY_SLOTS: int = env.int("RECONCILE_BUSY_SLOTS", default=max(1, CELERY_WORKER_CONCURRENCY // 4))
+# bench/module_chain.py (b), quiet runtimes' edits under 100 edits/s on 50 busy ones, with targeted
+# reconciles: with 2 of 16 slots p99 0.9-1.6 s in four runs (p50 0.37-0.58 s), with 4 p99 1.96 and
+# 1.98 s (p50 0.80-0.86 s), at about the same reconciles/s (see the README's benchmark table).
+RECONCILE_BUSY_SLOTS: int = env.int("RECONCILE_BUSY_SLOTS", default=max(1, CELERY_WORKER_CONCURRENCY // 8))
 if RECONCILE_BUSY_SLOTS < 1:
     raise ImproperlyConfigured("RECONCILE_BUSY_SLOTS must be at least 1")
 # Longest a reconcile waits for the runtime to store the changes its events reported (our watcher
