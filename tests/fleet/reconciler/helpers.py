@@ -5,6 +5,17 @@ from __future__ import annotations
 from fleet.models import Kyma, ReconcileRecord
 from fleet.reconciler.run import kyma_reconcile_run
 
+# A manifest a module manager might hand back (format with name and level).
+CONFIGMAP = """\
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: {name}
+  namespace: kyma-system
+data:
+  level: {level}
+"""
+
 
 def reconcile(kyma: Kyma) -> ReconcileRecord | None:
     kyma_reconcile_run(kyma.pk)

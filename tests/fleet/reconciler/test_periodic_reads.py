@@ -20,6 +20,7 @@ from fleet.queue import StoredChange
 from fleet.reconciler.run import kyma_reconcile_run
 from fleet.services import modules as module_services
 from pki import services as pki
+from tests.fleet.reconciler.helpers import CONFIGMAP
 from tests.support.runtimes import connected_kyma, keda_module, klm_watcher
 
 pytestmark = pytest.mark.django_db
@@ -222,17 +223,6 @@ def test_given_the_watcher_was_not_ready_when_a_targeted_reconcile_runs_then_it_
     assert reads_of(runtime, DEPLOYMENTS) == 1
     webhook = next(c for c in kyma.conditions if c["type"] == "SKRWebhook")
     assert (webhook["status"], webhook["reason"]) == ("True", "Ready")
-
-
-CONFIGMAP = """\
-apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: {name}
-  namespace: kyma-system
-data:
-  level: {level}
-"""
 
 
 def sync_resource(kyma: Kyma, name: str, *levels: str) -> None:

@@ -7,23 +7,13 @@ import pytest
 from fleet.models import ModuleConfig, SyncResource
 from fleet.services import modules as module_services
 from pki import services as pki
-from tests.fleet.reconciler.helpers import conditions, reconcile
+from tests.fleet.reconciler.helpers import CONFIGMAP, conditions, reconcile
 from tests.support.runtimes import connected_kyma, keda_module, klm_watcher
 from watchers.models import Watcher
 from watchers.rendering import MODULE_CRS_WEBHOOK
 from watchers.services import watcher_apply, watcher_delete, watchers_finalize
 
 pytestmark = pytest.mark.django_db
-
-CONFIGMAP = """\
-apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: {name}
-  namespace: kyma-system
-data:
-  level: {level}
-"""
 
 
 @pytest.fixture(autouse=True)
