@@ -136,6 +136,10 @@ def test_stale_pooled_connection_is_replaced_silently(watcher, webhook, listener
     assert metric(samples, "watcher_kcp_connections_total") == 2
 
 
+def failures(samples: dict) -> float:
+    return sum(v for (name, _), v in samples.items() if name == "watcher_events_failed_total")
+
+
 def test_identical_pending_events_are_coalesced(watcher, webhook, listener):
     listener.down()
     spec_change = lambda n: review("UPDATE", kyma("hot", spec={"n": n}), kyma("hot", spec={"n": n - 1}))  # noqa: E731
@@ -145,12 +149,16 @@ def test_identical_pending_events_are_coalesced(watcher, webhook, listener):
         )
     webhook.review("kyma", create("cold"))
     assert watcher.queue_depth == 2
+    failed_before = failures(scrape(watcher.metrics_port))
     listener.up()
     listener.wait_for_event("cold")
     webhook.review("kyma", create("sentinel"))
     listener.wait_for_event("sentinel")
-    assert listener.event_names().count("hot") == 1
     samples = settled(watcher.metrics_port)
+    # One delivery of the five; one more only for an attempt the sender counted as failed after
+    # the listener had it (its answer came too late on a loaded machine: at least once).
+    retried = failures(samples) - failed_before
+    assert 1 <= listener.event_names().count("hot") <= 1 + retried
     assert metric(samples, "watcher_events_coalesced_total") == 4
     assert metric(samples, "watcher_events_queued_total") == 3
 
