@@ -128,6 +128,11 @@ class ReconcileFlags(Protocol):
     def queued_count(self) -> int: ...
 
 
+def _mark_lines(changes: Sequence[str], *, full: bool) -> list[str]:
+    """The lines a new mark carries: the changes, and FULL once when the request is full."""
+    return [*changes, FULL] if full and FULL not in changes else list(changes)
+
+
 def _ttl() -> dt.timedelta:
     return dt.timedelta(seconds=settings.RECONCILE_QUEUED_TTL)
 
@@ -150,7 +155,7 @@ class DatabaseFlags:
         *,
         full: bool = False,
     ) -> list[int]:
-        lines = [*changes, FULL] if full and FULL not in changes else list(changes)
+        lines = _mark_lines(changes, full=full)
         claimed = self._claim_free(kyma_ids, now, eta, lines)
         rest = [kyma_id for kyma_id in kyma_ids if kyma_id not in set(claimed)] if full else []
         # A marked Kyma's task may start between the two statements: its mark is gone then, and
@@ -511,7 +516,7 @@ class RedisFlags:
         full: bool = False,
     ) -> list[int]:
         ttl = int(_ttl().total_seconds())
-        value = "\n".join([f"{_stamp(eta)} 0", *changes, *([FULL] if full and FULL not in changes else [])])
+        value = "\n".join([f"{_stamp(eta)} 0", *_mark_lines(changes, full=full)])
         with self.client.pipeline(transaction=False) as pipe:
             for kyma_id in kyma_ids:
                 if full:  # atomic: a task that starts meanwhile takes the mark with FULL, or none
