@@ -8,7 +8,7 @@ PYTEST_ARGS ?= -n 2
 CHROMIUM ?= /usr/bin/chromium
 CHROMEDRIVER ?= /usr/bin/chromedriver
 
-.PHONY: run test lint pytest browser-deps bench clean
+.PHONY: run test lint pytest browser-deps services bench clean
 
 $(INSTALLED): requirements.txt requirements-dev.txt
 	@test -x "$(BIN)/python" || $(PYTHON) -m venv $(VENV)
@@ -50,6 +50,12 @@ browser-deps:
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver >/dev/null \
 			|| echo "Installing Chromium failed: the browser tests will not run."; \
 	fi
+
+## services: PostgreSQL on 127.0.0.1:5432 and Redis on :6379 (installed from Debian when missing),
+##      for `make test` against them: DATABASE_URL=postgres://postgres@127.0.0.1:5432/test
+##      CELERY_BROKER_URL=redis://127.0.0.1:6379/0 make test (what CI runs first)
+services:
+	.ci/services
 
 clean:
 	rm -rf .state test-artifacts
