@@ -3,12 +3,13 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
-PYTEST_ARGS ?= -n 2
+# loadgroup: the kube tier's tests share one worker (and its real API servers); others spread.
+PYTEST_ARGS ?= -n 2 --dist loadgroup
 # Browser tests drive Debian's Chromium; `make test` installs it when missing (needs root and apt).
 CHROMIUM ?= /usr/bin/chromium
 CHROMEDRIVER ?= /usr/bin/chromedriver
 
-.PHONY: run test lint pytest browser-deps services bench clean
+.PHONY: run test lint pytest browser-deps kube kube-deps services bench clean
 
 $(INSTALLED): requirements.txt requirements-dev.txt
 	@test -x "$(BIN)/python" || $(PYTHON) -m venv $(VENV)
@@ -31,14 +32,28 @@ lint: $(INSTALLED)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 
-pytest: $(INSTALLED) browser-deps
-	@if [ -x "$(CHROMIUM)" ] && [ -x "$(CHROMEDRIVER)" ]; then \
-		echo "$(BIN)/python -m pytest $(PYTEST_ARGS)"; \
-		CHROMIUM="$(CHROMIUM)" CHROMEDRIVER="$(CHROMEDRIVER)" $(BIN)/python -m pytest $(PYTEST_ARGS); \
-	else \
+pytest: $(INSTALLED) browser-deps kube-deps
+	@skip=""; \
+	if [ ! -x "$(CHROMIUM)" ] || [ ! -x "$(CHROMEDRIVER)" ]; then \
 		echo "*** Browser tests NOT run: $(CHROMIUM) or $(CHROMEDRIVER) is missing (see above) ***"; \
-		$(BIN)/python -m pytest $(PYTEST_ARGS) -m "not browser"; \
-	fi
+		skip="not browser"; \
+	fi; \
+	if ! envtest/build/build.sh --check >/dev/null 2>&1 || [ "$$(id -u)" != 0 ]; then \
+		echo "*** kube tier NOT run: it needs the Kubernetes binaries (make kube, with Go) and root (pod addresses) ***"; \
+		skip="$${skip:+$$skip and }not kube"; \
+	fi; \
+	echo "$(BIN)/python -m pytest $(PYTEST_ARGS)$${skip:+ -m \"$$skip\"}"; \
+	CHROMIUM="$(CHROMIUM)" CHROMEDRIVER="$(CHROMEDRIVER)" $(BIN)/python -m pytest $(PYTEST_ARGS) $${skip:+-m "$$skip"}
+
+## kube: build kube-apiserver, kube-controller-manager and etcd from the pinned sources
+##      (envtest/build/go.mod) into a cache outside the repository; prints their paths
+kube:
+	envtest/build/build.sh
+
+# The kube tier's binaries, built when Go is here (the first build takes minutes, then it is cached).
+kube-deps:
+	@if command -v go >/dev/null; then envtest/build/build.sh >/dev/null; \
+	else echo "Go is missing: the kube tier will not run."; fi
 
 ## browser-deps: Debian's chromium and chromium-driver for the browser tests, when missing
 browser-deps:
