@@ -25,6 +25,7 @@ from kubernetes.client.rest import ApiException
 from kernel.documents.yamlio import load_documents
 
 APPLY = "application/apply-patch+yaml"
+TYPED_PATCH_FAILED = "failed to create typed patch object"
 MERGE = "application/merge-patch+json"
 
 
@@ -89,6 +90,10 @@ def _translate(exc: Exception, what: str) -> RuntimeAPIError:
             return Gone(text, status=status, reason=reason)
         if status == 409:
             return Exists(text, status=status, reason=reason)
+        if status == 500 and TYPED_PATCH_FAILED in message:
+            # Server-side apply of a manifest that does not fit the kind's schema (a number where
+            # a ConfigMap wants a string): the API server answers 500, yet no retry can help.
+            return Permanent(text, status=status, reason=reason or "Invalid")
         if status == 429 or status >= 500 or status == 0:
             return Temporary(text, status=status, reason=reason)
         return Permanent(text, status=status, reason=reason)
@@ -324,6 +329,7 @@ class RuntimeClient:
             "patch",
             "PATCH",
             path,
+            query=[("fieldManager", settings.RUNTIME_FIELD_MANAGER)],  # else the client's user agent
             body={"status": status},
             content_type=MERGE,
             what=f"update status of {kind} {namespace or ''}/{name}",
