@@ -15,6 +15,7 @@ still written when (and only when) the control plane's view moved.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from fleet.k8s.client import Gone
@@ -38,6 +39,7 @@ LABELS = {"operator.kyma-project.io/watched-by": "kyma", "operator.kyma-project.
 # and the status the mirror last found or wrote there (digest of it).
 VERIFIED_KEY = "|".join((API_VERSION, "Kyma", NAMESPACE, NAME))
 MIRRORED_KEY = f"{VERIFIED_KEY}|status"
+CRD_SERVED_WAITS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)  # seconds: about 3 in all
 
 
 def kyma_crd() -> dict[str, Any]:
@@ -105,10 +107,10 @@ def _sync(ctx: ReconcileContext) -> dict[str, Any]:
     if live is None:
         client.ensure_namespace(NAMESPACE)  # (the Kyma lives there: no need to look while it exists)
         try:
-            live = client.apply(desired(kyma))
+            live = _apply_when_served(ctx, desired(kyma))
         except Gone:  # the CRD went since it was last verified: install it, then the Kyma
             ensure_crd(ctx, every_time=True)
-            live = client.apply(desired(kyma))
+            live = _apply_when_served(ctx, desired(kyma))
         ctx.change("applied", resource=f"Kyma {NAMESPACE}/{NAME}", action="created")
         _record(kyma, live, pushed=kyma.generation)
         return live
@@ -130,6 +132,19 @@ def _sync(ctx: ReconcileContext) -> dict[str, Any]:
         live = client.apply({**desired(kyma), "spec": live.get("spec", {})})
         _record(kyma, live, pushed=kyma.generation)
     return live
+
+
+def _apply_when_served(ctx: ReconcileContext, doc: dict[str, Any]) -> dict[str, Any]:
+    """Apply the runtime's Kyma; a CRD created a moment ago is served only once the API server
+    established it (a real one answers 404 until then, within about a second): a few retries at
+    growing intervals, then the 404 (:class:`Gone`) stands."""
+    for wait in CRD_SERVED_WAITS:
+        try:
+            return ctx.client.apply(doc)
+        except Gone:
+            ctx.step()  # keeps the lease
+            time.sleep(wait)
+    return ctx.client.apply(doc)
 
 
 def _adopt(ctx: ReconcileContext, channel: str, modules: list) -> None:
