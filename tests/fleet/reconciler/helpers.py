@@ -13,7 +13,7 @@ metadata:
   name: {name}
   namespace: kyma-system
 data:
-  level: {level}
+  level: "{level}"
 """
 
 

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.django_db
 
 CONFIGMAP = (
     "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: a, namespace: {namespace}}}\n"
-    "data: {{level: {level}}}\n"
+    'data: {{level: "{level}"}}\n'
 )
 CLUSTER_ROLE = (
     "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: keda-reader}\nrules: []\n"
