@@ -45,7 +45,9 @@ SECRET_NAME = "skr-webhook-tls"
 PULL_SECRET_NAME = "skr-webhook-pull-secret"
 METRICS_SERVICE_NAME = "skr-webhook-metrics"
 PRIORITY_CLASS_NAME = "skr-webhook-priority"
-PRIORITY = 2_000_000  # high, yet below the system-* classes (2,000,000,000 and up)
+# Upstream's value: high, yet below the system-* classes (2,000,000,000 and up). A PriorityClass's
+# value cannot change: runtimes that hold our earlier 2,000,000 get it replaced (watcher_resources).
+PRIORITY = 1_000_000_000
 ISTIO_INJECT = {"sidecar.istio.io/inject": "false"}
 MANAGED_BY = {"operator.kyma-project.io/managed-by": "kyma"}
 RESTART_LABEL = "operator.kyma-project.io/pod-restart-trigger"
@@ -54,12 +56,19 @@ WEBHOOK_PORT = 8443
 METRICS_PORT = 2112
 REDACTED = "<redacted>"
 DNS_PORT = 53
+# Upstream's names (lifecycle-manager's skr-webhook/resources.yaml), so that a runtime upstream
+# managed before ends with one set: API server -> webhook, watcher -> KCP, DNS, scraping.
 NETWORK_POLICIES = (
-    f"{NAME}-allow-apiserver",
-    f"{NAME}-allow-kcp",
-    f"{NAME}-allow-dns",
-    f"{NAME}-allow-metrics",
+    "kyma-project.io--seed-to-watcher",
+    "kyma-project.io--watcher-to-apiserver",
+    "kyma-project.io--watcher-to-dns",
+    "kyma-project.io--metrics-to-watcher",
 )
+# What this project named them before; removed from runtimes that still hold them.
+LEGACY_NETWORK_POLICIES = tuple(f"{NAME}-allow-{what}" for what in ("apiserver", "kcp", "dns", "metrics"))
+# Field managers whose fields in these objects are ours to take over (upstream applied them as
+# "lifecycle-manager"): their fields move to our manager, and what only they set is removed.
+ADOPTED_MANAGERS = ("lifecycle-manager",)
 
 
 def webhook(watcher: Watcher, ca_bundle: bytes) -> dict[str, Any]:

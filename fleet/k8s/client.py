@@ -27,6 +27,7 @@ from kernel.documents.yamlio import load_documents
 APPLY = "application/apply-patch+yaml"
 TYPED_PATCH_FAILED = "failed to create typed patch object"
 MERGE = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 
 
 class RuntimeAPIError(Exception):
@@ -319,6 +320,30 @@ class RuntimeClient:
             body=patch,
             content_type=MERGE,
             what=f"patch {kind} {namespace or ''}/{name}",
+        )
+
+    def replace_managed_fields(
+        self,
+        api_version: str,
+        kind: str,
+        name: str,
+        namespace: str | None,
+        entries: list[dict],
+        *,
+        resource_version: str,
+    ) -> dict:
+        """Set ``metadata.managedFields`` as given (a JSON patch guarded by ``resource_version``):
+        how ownership of fields moves from one manager to another (kubectl's csaupgrade)."""
+        return self._call(
+            "patch",
+            "PATCH",
+            self._path(api_version, kind, namespace, name),
+            body=[
+                {"op": "test", "path": "/metadata/resourceVersion", "value": resource_version},
+                {"op": "replace", "path": "/metadata/managedFields", "value": entries},
+            ],
+            content_type=JSON_PATCH,
+            what=f"take over the fields of {kind} {namespace or ''}/{name}",
         )
 
     def patch_status(

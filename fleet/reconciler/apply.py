@@ -14,7 +14,7 @@ runtime's first reconcile) is applied without a read: there is nothing to compar
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from django.conf import settings
@@ -26,6 +26,7 @@ from .context import ReconcileContext
 from .drift import describe, drifted
 
 MANAGED_SELECTOR = "operator.kyma-project.io/managed-by=kyma"
+TAKE_OVER_TRIES = 3
 
 
 def key_of(doc: dict[str, Any]) -> ObjectKey:
@@ -108,13 +109,18 @@ def _verified(ctx: ReconcileContext, doc: dict[str, Any], *, every_time: bool = 
 
 
 def apply_if_changed(
-    ctx: ReconcileContext, doc: dict[str, Any], *, every_time: bool = True
+    ctx: ReconcileContext,
+    doc: dict[str, Any],
+    *,
+    every_time: bool = True,
+    adopt_from: Collection[str] = (),
 ) -> dict[str, Any] | None:
     """Make the runtime hold ``doc`` (a stamped object). Returns the runtime's object when it was
     already in place (``doc`` itself when the check could wait and was skipped), ``None`` when it
     was (re)applied with server-side apply. A copy that carries our hash but differs in a field
     we manage, or that is gone though we had seen it in place, is drift: corrected and recorded
-    on the context. Keeps the lease between objects (a slow runtime takes a while per call)."""
+    on the context. Keeps the lease between objects (a slow runtime takes a while per call).
+    Fields that managers in ``adopt_from`` own are taken over when it applies (:func:`take_over`)."""
     ctx.step()
     if not every_time and not needs_check(ctx, doc):
         return doc
@@ -130,12 +136,71 @@ def apply_if_changed(
         drift = True  # deleted in the runtime
     if drift:
         ctx.drift.append(describe(doc))  # the timeline says "drift corrected: ..." for it
-    _, created = ctx.client.apply_created(doc)
+    applied, created = ctx.client.apply_created(doc)
     _verified(ctx, doc, every_time=every_time)
-    if not drift:
+    if adopt_from and take_over(ctx, doc, applied, adopt_from):
+        ctx.change("applied", resource=resource_name(doc), action="taken over from " + ", ".join(adopt_from))
+    elif not drift:
         action = "created" if created else "adopted (it was there already)" if unread else "updated"
         ctx.change("applied", resource=resource_name(doc), action=action)
     return None
+
+
+def take_over(
+    ctx: ReconcileContext, doc: dict[str, Any], applied: dict[str, Any], managers: Collection[str]
+) -> bool:
+    """Make ``applied`` (our object as the apply answered it) wholly ours when other ``managers``
+    own fields in it (a runtime another controller set up first): their fields move to our
+    manager, then ``doc`` is applied again, which removes whatever only they had set (an env
+    variable, a volume, a webhook we do not render), as server-side apply prunes fields its
+    manager stops applying. Two writes, once; False when nothing was theirs. The move is guarded
+    by the object's resourceVersion: when a controller wrote meanwhile (a Deployment's status),
+    the object is read again and the move retried."""
+    meta = applied.get("metadata") or {}
+    for _ in range(TAKE_OVER_TRIES):
+        entries = meta.get("managedFields") or []
+        theirs = [e for e in entries if e.get("manager") in managers and not e.get("subresource")]
+        ours = next((e for e in entries if _ours(e)), None)
+        if not theirs or ours is None:
+            return False
+        fields = ours.get("fieldsV1") or {}
+        for entry in theirs:
+            fields = _union(fields, entry.get("fieldsV1") or {})
+        kept = [e for e in entries if e is not ours and e not in theirs]
+        try:
+            ctx.client.replace_managed_fields(
+                doc["apiVersion"],
+                doc["kind"],
+                meta["name"],
+                meta.get("namespace"),
+                [*kept, {**ours, "fieldsV1": fields}],
+                resource_version=meta["resourceVersion"],
+            )
+        except Permanent as exc:
+            if exc.status not in (409, 422):  # 422: the resourceVersion test failed
+                raise
+            fresh = ctx.client.get(doc["apiVersion"], doc["kind"], meta["name"], meta.get("namespace"))
+            meta = (fresh or {}).get("metadata") or {}
+            continue
+        ctx.client.apply(doc)
+        return True
+    return False
+
+
+def _ours(entry: dict[str, Any]) -> bool:
+    return (
+        entry.get("manager") == settings.RUNTIME_FIELD_MANAGER
+        and entry.get("operation") == "Apply"
+        and not entry.get("subresource")
+    )
+
+
+def _union(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Two managed-fields sets (``fieldsV1`` trees) as one."""
+    merged = dict(a)
+    for key, value in b.items():
+        merged[key] = _union(merged[key], value) if key in merged else value
+    return merged
 
 
 def resource_name(doc: dict[str, Any]) -> str:

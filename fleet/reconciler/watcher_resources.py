@@ -14,14 +14,23 @@ from __future__ import annotations
 
 from typing import Any
 
+from fleet.k8s.client import Permanent
 from kernel.documents.dockerconfig import DockerConfigError
 from pki import services as pki
 from watchers.models import Watcher
-from watchers.rendering import NAME, NAMESPACE, removal_order, runtime_watcher_resources
+from watchers.rendering import (
+    ADOPTED_MANAGERS,
+    LEGACY_NETWORK_POLICIES,
+    NAME,
+    NAMESPACE,
+    removal_order,
+    runtime_watcher_resources,
+)
 from watchers.status import rollout_mark, webhook_problem
 
 from .apply import apply_if_changed, needs_check, prefetch
 from .context import FALSE, TRUE, ReconcileContext
+from .drift import describe
 
 # What breaks events or the watcher at once when changed: checked every reconcile.
 EVERY_TIME = frozenset({"Secret", "Deployment", "ValidatingWebhookConfiguration"})
@@ -65,13 +74,39 @@ def sync(ctx: ReconcileContext, watchers: list[Watcher]) -> None:
     deployment = None
     prefetch(ctx, [doc for doc in docs if doc["kind"] in EVERY_TIME or needs_check(ctx, doc)])
     for doc in docs:
-        live = apply_if_changed(ctx, doc, every_time=doc["kind"] in EVERY_TIME)
+        live = _apply(ctx, doc)
         if doc["kind"] == "Deployment":
             deployment = live
+    _remove_legacy(ctx)
     ctx.kyma.applied_watchers = sorted(rollout_mark(w) for w in watchers)
     if deployment is None:  # just applied: its status is only known after the apply settled
         deployment = ctx.client.get("apps/v1", "Deployment", NAME, NAMESPACE)
     readiness(ctx, deployment)
+
+
+def _apply(ctx: ReconcileContext, doc: dict[str, Any]) -> dict[str, Any] | None:
+    """:func:`apply_if_changed`, taking over what upstream's lifecycle-manager put there; a
+    PriorityClass whose value must change (it cannot be updated) is replaced."""
+    every_time = doc["kind"] in EVERY_TIME
+    try:
+        return apply_if_changed(ctx, doc, every_time=every_time, adopt_from=ADOPTED_MANAGERS)
+    except Permanent as exc:
+        if doc["kind"] != "PriorityClass" or exc.status != 422:
+            raise
+    # Pods keep the priority they were admitted with; new ones get the new value.
+    ctx.client.delete(doc["apiVersion"], doc["kind"], doc["metadata"]["name"])
+    ctx.drift.append(describe(doc))
+    return apply_if_changed(ctx, doc, every_time=every_time)
+
+
+def _remove_legacy(ctx: ReconcileContext) -> None:
+    """Delete the NetworkPolicies this project used to name otherwise, in a runtime known to
+    hold them (a key in ``Kyma.runtime_verified``): nothing to do, and no request, elsewhere."""
+    for name in LEGACY_NETWORK_POLICIES:
+        key = "|".join(("networking.k8s.io/v1", "NetworkPolicy", NAMESPACE, name))
+        if ctx.verified.pop(key, None) is not None:
+            ctx.client.delete("networking.k8s.io/v1", "NetworkPolicy", name, NAMESPACE)
+            ctx.change("removed", resource=f"NetworkPolicy {NAMESPACE}/{name}", action="renamed as upstream")
 
 
 def readiness(ctx: ReconcileContext, deployment: dict[str, Any] | None) -> None:
@@ -104,3 +139,4 @@ def remove(ctx: ReconcileContext) -> None:
     """Take the runtime watcher out of the runtime (webhooks first, so nothing calls a dead server)."""
     for api_version, kind, name, namespace in removal_order():
         ctx.client.delete(api_version, kind, name, namespace)
+    _remove_legacy(ctx)

@@ -20,10 +20,10 @@ pytestmark = pytest.mark.django_db
 
 RENDERED = [
     ("PriorityClass", "skr-webhook-priority", None),
-    ("NetworkPolicy", "skr-webhook-allow-apiserver", "kyma-system"),
-    ("NetworkPolicy", "skr-webhook-allow-kcp", "kyma-system"),
-    ("NetworkPolicy", "skr-webhook-allow-dns", "kyma-system"),
-    ("NetworkPolicy", "skr-webhook-allow-metrics", "kyma-system"),
+    ("NetworkPolicy", "kyma-project.io--seed-to-watcher", "kyma-system"),
+    ("NetworkPolicy", "kyma-project.io--watcher-to-apiserver", "kyma-system"),
+    ("NetworkPolicy", "kyma-project.io--watcher-to-dns", "kyma-system"),
+    ("NetworkPolicy", "kyma-project.io--metrics-to-watcher", "kyma-system"),
     ("Secret", "skr-webhook-tls", "kyma-system"),
     ("Secret", "skr-webhook-pull-secret", "kyma-system"),
     ("Service", "skr-webhook", "kyma-system"),
