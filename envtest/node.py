@@ -123,8 +123,10 @@ class Node:
         name: str = "envtest-node",
         env: Mapping[str, str] | None = None,
         python: str = sys.executable,
+        run_watchers: bool = True,
     ) -> None:
         self.runtime = runtime
+        self.run_watchers = run_watchers  # False: watcher pods just run too (benchmarks)
         self.name = name
         self.env = dict(env or {})  # applied last to watcher processes (e.g. HEARTBEAT_INTERVAL)
         self.python = python
@@ -242,7 +244,7 @@ class Node:
                 workdir=self.workdir / f"{meta['namespace']}-{meta['name']}",
             )
             self._pods[known.uid] = known
-            if runs_runtime_watcher(container):
+            if self.run_watchers and runs_runtime_watcher(container):
                 self._collect_files(known, spec)
                 self._start(known, pod)
             else:
