@@ -139,6 +139,11 @@ class Runtime:
     def control_plane_kubeconfig(self) -> dict[str, Any]:
         return self.server.kubeconfig(token=self.grant_control_plane_access(), user=ACCESS_ACCOUNT)
 
+    def close(self) -> None:
+        """Stop the node stand-in; the server itself belongs to its :class:`Cluster`."""
+        self.node.close()
+        self.admin.close()
+
     def control_plane_requests(self, since: int = 0) -> list[AuditEvent]:
         return self.server.audit_events(since, user=CONTROL_PLANE_USER)
 

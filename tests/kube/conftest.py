@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.kube import kube_cluster, real_runtime  # noqa: F401 - fixtures
+from tests.support.kube import kube_cluster, real_runtime, runtime_pool  # noqa: F401 - fixtures
 
 HERE = Path(__file__).resolve().parent
 
