@@ -1,7 +1,9 @@
 """A module's manifest policy: which kinds and namespaces its SyncResources may put in a runtime.
 
-The control plane applies SyncResources with cluster-admin rights, so without a policy one
-module team could push a ClusterRoleBinding or a webhook into every runtime. The rule:
+The control plane applies SyncResources with its own identity in each runtime, shared by every
+module, so without a policy one module team could push a ClusterRoleBinding or a webhook into
+every runtime wherever that identity may write. The rule (which also decides the module's part of
+the runtime's RBAC, ``fleet.reconciler.access``):
 
 * a **namespaced** kind is allowed in the module's namespaces (``Module.manifest_namespaces``;
   empty means the namespace of the module's CR, e.g. ``kyma-system``);
