@@ -10,6 +10,7 @@ CHROMIUM ?= /usr/bin/chromium
 CHROMEDRIVER ?= /usr/bin/chromedriver
 
 .PHONY: run test lint pytest browser-deps kube kube-deps services bench clean
+.PHONY: interop interop-deps
 
 $(INSTALLED): requirements.txt requirements-dev.txt
 	@test -x "$(BIN)/python" || $(PYTHON) -m venv $(VENV)
@@ -32,7 +33,7 @@ lint: $(INSTALLED)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 
-pytest: $(INSTALLED) browser-deps kube-deps
+pytest: $(INSTALLED) browser-deps kube-deps interop-deps
 	@skip=""; \
 	if [ ! -x "$(CHROMIUM)" ] || [ ! -x "$(CHROMEDRIVER)" ]; then \
 		echo "*** Browser tests NOT run: $(CHROMIUM) or $(CHROMEDRIVER) is missing (see above) ***"; \
@@ -41,6 +42,10 @@ pytest: $(INSTALLED) browser-deps kube-deps
 	if ! envtest/build/build.sh --check >/dev/null 2>&1 || [ "$$(id -u)" != 0 ]; then \
 		echo "*** kube tier NOT run: it needs the Kubernetes binaries (make kube, with Go) and root (pod addresses) ***"; \
 		skip="$${skip:+$$skip and }not kube"; \
+	fi; \
+	if ! $(INTEROP_BUILD) --check >/dev/null 2>&1; then \
+		echo "*** gobuild tests NOT run: they need upstream's listener built from Go source (make interop, with Go) ***"; \
+		skip="$${skip:+$$skip and }not gobuild"; \
 	fi; \
 	echo "$(BIN)/python -m pytest $(PYTEST_ARGS)$${skip:+ -m \"$$skip\"}"; \
 	CHROMIUM="$(CHROMIUM)" CHROMEDRIVER="$(CHROMEDRIVER)" $(BIN)/python -m pytest $(PYTEST_ARGS) $${skip:+-m "$$skip"}
@@ -54,6 +59,17 @@ kube:
 kube-deps:
 	@if command -v go >/dev/null; then envtest/build/build.sh >/dev/null; \
 	else echo "Go is missing: the kube tier will not run."; fi
+
+## interop: build the interop tests' Go server (upstream's WatchEvent listener, pinned in
+##      tests/interop/upstream-listener/go.mod) into a cache outside the repository; prints its path
+INTEROP_BUILD := tests/interop/upstream-listener/build.sh
+interop:
+	$(INTEROP_BUILD)
+
+# The gobuild tests' server, built when Go is here (minutes the first time, then cached).
+interop-deps:
+	@if command -v go >/dev/null; then $(INTEROP_BUILD) >/dev/null; \
+	else echo "Go is missing: the gobuild tests will not run."; fi
 
 ## browser-deps: Debian's chromium and chromium-driver for the browser tests, when missing
 browser-deps:
