@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import setup_django
+from common import klm_watcher, setup_django
 
 os.environ.setdefault("WATCHER_SILENT_AFTER", "86400")
 setup_django("real-runtime")
@@ -61,15 +61,7 @@ def catalog() -> Module:
     Module.objects.filter(name="keda").delete()
     Watcher.objects.all().delete()
     pki.ca_bootstrap()
-    Watcher.objects.create(
-        namespace="kcp-system",
-        name="klm-watcher",
-        manager="lifecycle-manager",
-        component="lifecycle-manager",
-        labels_to_watch={"operator.kyma-project.io/watched-by": "kyma"},
-        resource_to_watch={"group": "operator.kyma-project.io", "version": "*", "resource": "kymas"},
-        service_info={"name": "klm", "namespace": "kcp-system", "port": 8082},
-    )
+    klm_watcher()
     return Module.objects.create(
         name="keda",
         channels={"regular": "1.0.0"},

@@ -9,9 +9,6 @@ the Kyma turns Warning with the ``WatcherHeartbeat`` condition, and recovers whe
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
 import pytest
 
 from fleet.models import Kyma, ReconcileRecord
@@ -19,22 +16,12 @@ from listener.models import WatchEventRecord
 from pki import services as pki
 from runtime_emulator.kubelet import ProcessKubelet
 from tests.support.listener import start_listener
-from tests.support.processes import Process, start_beat, start_worker
+from tests.support.processes import eventually, start_beat, start_worker
 from tests.support.runtimes import connected_kyma, klm_watcher
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 SILENT_AFTER = "3"
-
-
-def eventually(check: Callable[[], object], what: str, processes: list[Process], timeout: float = 45) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    logs = "\n\n".join(f"--- {p.name} ---\n{p.output()}" for p in processes)
-    raise AssertionError(f"{what} did not happen within {timeout} s\n{logs}")
 
 
 def condition(kyma_id: int, type_: str) -> tuple[str, str] | None:

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,21 +22,11 @@ from kernel.api_tokens import api_token_create
 from pki import services as pki
 from runtime_emulator.kubelet import ProcessKubelet
 from tests.support.listener import start_listener
-from tests.support.processes import ROOT, Process, process_env, start_web, start_worker
+from tests.support.processes import ROOT, Process, eventually, process_env, start_web, start_worker
 from tests.support.runtimes import connected_kyma, keda_module
 from watchers.models import Watcher
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
-
-
-def eventually(check: Callable[[], object], what: str, processes: list[Process], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    logs = "\n\n".join(f"--- {p.name} ---\n{p.output()}" for p in processes)
-    raise AssertionError(f"{what} did not happen within {timeout} s\n{logs}")
 
 
 @pytest.fixture

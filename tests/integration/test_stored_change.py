@@ -10,9 +10,6 @@ reads until the change is stored.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
 import pytest
 
 from fleet import queue
@@ -20,20 +17,10 @@ from fleet.models import Kyma, ReconcileRecord
 from pki import services as pki
 from runtime_emulator.kubelet import ProcessKubelet
 from tests.support.listener import start_listener
-from tests.support.processes import Process, start_worker
+from tests.support.processes import eventually, start_worker
 from tests.support.runtimes import connected_kyma, klm_watcher
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
-
-
-def eventually(check: Callable[[], object], what: str, processes: list[Process], timeout: float = 45) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    logs = "\n\n".join(f"--- {p.name} ---\n{p.output()}" for p in processes)
-    raise AssertionError(f"{what} did not happen within {timeout} s\n{logs}")
 
 
 @pytest.fixture

@@ -6,9 +6,6 @@ broker, a Celery worker and the Kyma's reconcile, all real processes."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
 import pytest
 
 from fleet.models import Kyma, ModuleConfig
@@ -17,20 +14,10 @@ from listener.models import WatchEventRecord
 from pki import services as pki
 from tests.support.kube import Runtime, connect_kyma
 from tests.support.listener import start_listener
-from tests.support.processes import Process, start_worker
+from tests.support.processes import eventually, start_worker
 from tests.support.runtimes import keda_module, klm_watcher
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def eventually(check: Callable[[], object], what: str, processes: list[Process], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    logs = "\n\n".join(f"--- {p.name} ---\n{p.output()}" for p in processes)
-    raise AssertionError(f"{what} did not happen within {timeout} s\n{logs}")
 
 
 @pytest.fixture
@@ -69,7 +56,7 @@ def test_edits_through_the_real_api_server_reach_the_reconcile(real_runtime, con
     )
     config = ModuleConfig.objects.get(kyma_id=kyma.pk, module__name="keda")
     module_services.moduleconfig_set_status(config=config, status={"state": "Ready"})  # as its manager
-    eventually(lambda: Kyma.objects.get(pk=kyma.pk).state == "Ready", "the Kyma Ready", control_plane)
+    eventually(lambda: Kyma.objects.get(pk=kyma.pk).state == "Ready", "the Kyma Ready", control_plane, 60)
     # From now on only an event reconciles it (RECONCILE_READY_INTERVAL is an hour).
     assert not WatchEventRecord.objects.filter(kyma_id=kyma.pk, gvk_kind="Kyma").exists()
 

@@ -159,3 +159,14 @@ def start_beat(**env: str) -> Process:
     proc = Process("beat", argv, process_env(**env))
     proc.wait_for_line("beat: Starting", timeout=60)
     return proc
+
+
+def eventually(check: Callable[[], object], what: str, processes: list[Process], timeout: float = 45) -> None:
+    """Wait until ``check()`` holds; on timeout fail with the processes' recent output."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.05)
+    logs = "\n\n".join(f"--- {p.name} ---\n{p.output()}" for p in processes)
+    raise AssertionError(f"{what} did not happen within {timeout} s\n{logs}")
