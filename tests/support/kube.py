@@ -95,12 +95,14 @@ class RuntimePool:
 
 
 @pytest.fixture(scope="session")
-def kube_cluster(tmp_path_factory) -> Iterator[Cluster]:
+def kube_cluster() -> Iterator[Cluster]:
     """etcd for the session; the binaries are built first when missing (``make kube``)."""
     built = subprocess.run(["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, check=False)
     if built.returncode != 0:
         pytest.fail(f"the kube tier needs the Kubernetes binaries: {built.stderr.strip()}", pytrace=False)
-    with Cluster(workdir=tmp_path_factory.mktemp("envtest")) as cluster:
+    # A directory of its own (not pytest's basetemp, which a fourth concurrent pytest session on
+    # the machine prunes): etcd's data and each server's files, removed at the end.
+    with Cluster() as cluster:
         yield cluster
 
 
