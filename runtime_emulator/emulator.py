@@ -207,6 +207,13 @@ class RuntimeEmulator(UserActions, KubernetesEmulator):
         if dry_run not in ("", "All"):
             raise errors.bad_request(f'dryRun: Unsupported value: "{dry_run}": supported values: "All"')
         write.dry_run = bool(dry_run)
+        validation = query.get("fieldValidation", "")
+        if validation not in ("", "Ignore", "Warn", "Strict"):
+            supported = '"Ignore", "Warn", "Strict"'
+            raise errors.bad_request(
+                f'fieldValidation: Unsupported value: "{validation}": supported values: {supported}'
+            )
+        write.field_validation = validation
         write.force = routes.parse_bool(query, "force")
         write.field_manager = query.get("fieldManager") or user_agent.split("/")[0]
         if write.verb == "apply" and not query.get("fieldManager"):

@@ -19,9 +19,21 @@ from typing import Any, NamedTuple
 
 from kmock import KubernetesError
 
-from runtime_emulator import build, catalog, defaults, errors, fields, patches, podsecurity, selectors
+from runtime_emulator import (
+    build,
+    catalog,
+    defaults,
+    errors,
+    fields,
+    patches,
+    podsecurity,
+    schemas,
+    selectors,
+    structural,
+)
 from runtime_emulator.admission import Admission, AdmissionRequest, UserInfo
 from runtime_emulator.catalog import Catalog, ResourceType
+from runtime_emulator.schemas import Node
 from runtime_emulator.store import Store
 
 logger = logging.getLogger(__name__)
@@ -52,6 +64,7 @@ class Write:
     field_manager: str = ""
     force: bool = False
     dry_run: bool = False
+    field_validation: str = ""  # Ignore | Warn (the default) | Strict
     user: UserInfo = ADMIN
     # Writes made by the emulator's own controllers do not trigger them again.
     from_controller: bool = False
@@ -210,6 +223,13 @@ class Engine:
             options["force"] = True
         return options
 
+    @staticmethod
+    def schema(rtype: ResourceType) -> Node | None:
+        """The schema a real server holds for ``rtype`` (``None``: it has none)."""
+        if rtype.builtin:
+            return schemas.builtin(rtype.group, rtype.version, rtype.kind)
+        return schemas.custom(rtype.schema)
+
     def _target(self, w: Write, name: str) -> fields.ApplyTarget:
         rtype = w.rtype
         return fields.ApplyTarget(
@@ -220,7 +240,48 @@ class Engine:
             rtype.plural,
             rtype.group,
             name,
+            self.schema(rtype),
         )
+
+    def _typed(self, w: Write, body: dict[str, Any]) -> None:
+        """A server-side apply's configuration must fit the kind's schema (else a 500, as real)."""
+        schema = self.schema(w.rtype)
+        problems = structural.typed_errors(body, schema) if schema is not None else []
+        if problems:
+            rtype, namespace = w.rtype, (body.get("metadata") or {}).get("namespace") or ""
+            raise errors.typed_patch_failed(
+                rtype.group, rtype.version, rtype.kind, namespace, w.name, problems
+            )
+
+    def _structural(self, w: Write, old: dict[str, Any] | None, obj: dict[str, Any]) -> None:
+        """Prune (non-apply writes), default and validate ``obj`` by its kind's schema. As with a
+        real server's validation ratcheting, an update is not refused for what it left as it was."""
+        rtype, schema = w.rtype, self.schema(w.rtype)
+        if schema is None or w.from_controller:
+            return
+        if w.verb != "apply":
+            dropped = structural.prune(obj, schema)
+            if dropped and w.field_validation == "Strict":
+                unknown = ", ".join(f'unknown field "{field}"' for field in dropped)
+                raise errors.bad_request(
+                    f'{rtype.kind} in version "{rtype.version}" cannot be handled as a {rtype.kind}: '
+                    f"strict decoding error: {unknown}"
+                )
+            if rtype.builtin:
+                problems = structural.typed_errors(obj, schema)
+                if problems:
+                    raise errors.bad_request(
+                        f'{rtype.kind} in version "{rtype.version}" cannot be handled as a {rtype.kind}: '
+                        f"{problems[0].lstrip('.')}"
+                    )
+        if not rtype.builtin:
+            structural.default(obj, schema)
+            causes = structural.validate(obj, schema)
+            if causes and old is not None:
+                before = set(structural.validate(old, schema))
+                causes = [cause for cause in causes if cause not in before]
+            if causes:
+                raise errors.invalid_causes(rtype.kind, rtype.group, obj["metadata"].get("name", ""), causes)
 
     def _plan(self, w: Write, old: dict[str, Any] | None, body: Any) -> tuple[str, dict[str, Any] | None]:
         rtype = w.rtype
@@ -230,6 +291,7 @@ class Engine:
             if not isinstance(body, dict):
                 raise errors.bad_request("apply patch must be an object")
             meta = body.setdefault("metadata", {})
+            self._typed(w, body)
             if meta.get("name", w.name) != w.name:
                 raise errors.bad_request(
                     f"the name of the object ({meta['name']}) does not match the name on the URL ({w.name})"
@@ -310,6 +372,7 @@ class Engine:
     ) -> None:
         """Defaults, kind-specific validation and managed fields, shared by creates and updates."""
         rtype, meta = w.rtype, obj["metadata"]
+        self._structural(w, old, obj)
         if w.subresource != "status":
             defaults.apply_defaults(rtype, obj, old, self._allocate_ip)
             if rtype is catalog.DEPLOYMENTS:
@@ -337,6 +400,7 @@ class Engine:
                     rtype.plural,
                     rtype.group,
                     meta["name"],
+                    self.schema(rtype),
                 ),
                 now=build.now(),
             )

@@ -76,17 +76,17 @@ def test_given_a_user_edit_when_applying_without_force_then_409_conflict_names_t
 
     status = json.loads(raised.value.body)
     assert raised.value.status == 409 and status["reason"] == "Conflict"
-    assert status["message"] == 'Apply failed with 1 conflict: conflict with "kubectl-edit": .data.a'
+    assert status["message"] == 'Apply failed with 1 conflict: conflict with "kubectl-edit" using v1: .data.a'
     assert forced.data == {"a": "1"}
     assert {m.manager for m in forced.metadata.managed_fields} == {"kcp"}
 
 
-def test_given_an_applied_list_when_another_writer_changed_it_then_force_apply_replaces_it_whole(
+def test_given_a_keyed_list_when_another_writer_added_an_item_then_force_apply_keeps_it(
     apps: client.AppsV1Api, runtime: RuntimeEmulator
 ):
     manifest = deployment("web")
     apps.patch_namespaced_deployment("web", "default", manifest, field_manager="kcp", _content_type=APPLY)
-    extra = [{"name": "main", "image": "nginx:1.27"}, {"name": "sidecar", "image": "envoy:1"}]
+    extra = [{"name": "main", "image": "nginx:1.26"}, {"name": "sidecar", "image": "envoy:1"}]
     runtime.patch_as_user(
         "deployments", "web", {"spec": {"template": {"spec": {"containers": extra}}}}, "default"
     )
@@ -95,7 +95,10 @@ def test_given_an_applied_list_when_another_writer_changed_it_then_force_apply_r
         "web", "default", manifest, field_manager="kcp", force=True, _content_type=APPLY
     )
 
-    assert [c.name for c in applied.spec.template.spec.containers] == ["main"]
+    # Containers are keyed by name (as on a real server): the sidecar is the other writer's, the
+    # image of "main" the apply's again.
+    containers = applied.spec.template.spec.containers
+    assert [(c.name, c.image) for c in containers] == [("main", "nginx:1.27"), ("sidecar", "envoy:1")]
     assert applied.metadata.generation == 3
 
 
