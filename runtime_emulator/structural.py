@@ -75,13 +75,12 @@ def typed_errors(value: Any, node: Node, path: str = "") -> list[str]:
         return [f"{path}: {_expected(value, node)}"]
     found: list[str] = []
     if isinstance(value, Mapping):
+        # Undeclared fields are reported alone: the object's other fields are not looked at.
+        found = [f"{path}.{key}: field not declared in schema" for key in value if node.child(key) is None]
+        if found:
+            return found
         for key, child in value.items():
-            below = node.child(key)
-            where = f"{path}.{key}"
-            if below is None:
-                found.append(f"{where}: field not declared in schema")
-            else:
-                found += typed_errors(child, below, where)
+            found += typed_errors(child, node.child(key), f"{path}.{key}")  # type: ignore[arg-type]
     elif isinstance(value, list):
         found += _list_errors(value, node, path)
     return found

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import socket
 import time
 from collections.abc import Callable
@@ -61,17 +62,17 @@ class Backend:
 
     def served(self, group_version: str, kind: str) -> bool:
         try:
-            listing = self.api.call_api(
+            response = self.api.call_api(
                 f"/apis/{group_version}",
                 "GET",
                 header_params={"Accept": "application/json"},
                 auth_settings=["BearerToken"],
-                response_type="object",
+                _preload_content=False,
                 _return_http_data_only=True,
             )
         except ApiException:
             return False
-        return any(r["kind"] == kind for r in listing.get("resources", ()))
+        return any(r["kind"] == kind for r in json.loads(response.data).get("resources", ()))
 
     def register_crd(self, crd: dict[str, Any]) -> None:
         """Apply a CRD and wait until every served version of its kind is in discovery."""
