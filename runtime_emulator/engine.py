@@ -328,12 +328,19 @@ class Engine:
 
     def _check_preconditions(self, w: Write, old: dict[str, Any], body: Any) -> None:
         wanted = (body.get("preconditions") or {}) if isinstance(body, dict) else {}
-        for key in ("uid", "resourceVersion"):
-            if wanted.get(key) and wanted[key] != old["metadata"].get(key):
-                actual = old["metadata"].get(key)
-                why = f"Precondition failed: {key} in precondition: {wanted[key]}, "
-                why += f"{key} in object meta: {actual}"
-                raise errors.conflict(w.rtype.plural, w.rtype.group, w.name, why)
+        meta = old["metadata"]
+        for key, label, why in (
+            ("uid", "UID", "deleted and then recreated"),
+            ("resourceVersion", "ResourceVersion", "modified"),
+        ):
+            if wanted.get(key) and wanted[key] != meta.get(key):
+                raise errors.precondition_failed(
+                    w.rtype.kind,
+                    w.rtype.group,
+                    w.name,
+                    f"the {label} in the precondition ({wanted[key]}) does not match the {label} in "
+                    f"record ({meta.get(key)}). The object might have been {why}",
+                )
 
     def _new(self, w: Write, body: Any, managed: list[Any] | None) -> dict[str, Any]:
         rtype = w.rtype

@@ -92,6 +92,15 @@ def apply_conflict(plural: str, group: str, name: str, conflicts: dict[str, list
     return KubernetesError(409, "Conflict", text, {"causes": causes})
 
 
+def precondition_failed(kind: str, group: str, name: str, why: str) -> KubernetesError:
+    """409 for a delete whose preconditions the stored object does not meet (named by its kind)."""
+    details = {"name": name, "kind": kind} | ({"group": group} if group else {})
+    kind_name = f"{kind}.{group}" if group else kind
+    return KubernetesError(
+        409, "Conflict", f'Operation cannot be fulfilled on {kind_name} "{name}": {why}', details
+    )
+
+
 def typed_patch_failed(
     group: str, version: str, kind: str, namespace: str, name: str, problems: list[str]
 ) -> KubernetesError:
