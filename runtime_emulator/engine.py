@@ -123,7 +123,9 @@ class Engine:
             raise errors.bad_request(str(exc)) from None
         for path, _, _ in field_reqs:
             if not rtype.selectable(path):
-                raise errors.bad_request(f"field label not supported: {path}")
+                raise errors.bad_request(
+                    f'"{path}" is not a known field selector: only "metadata.name", "metadata.namespace"'
+                )
         return [
             obj
             for obj in self.store.objects(rtype.storage, namespace)
@@ -157,7 +159,8 @@ class Engine:
             last = items[limit - 1]["metadata"]
             token = json.dumps([last.get("namespace") or "", last["name"]]).encode()
             metadata["continue"] = base64.urlsafe_b64encode(token).decode()
-            metadata["remainingItemCount"] = len(items) - limit
+            if not label_selector and not field_selector:  # (a real server does not count a selection)
+                metadata["remainingItemCount"] = len(items) - limit
             items = items[:limit]
         if rtype.builtin:
             rendered = [{k: v for k, v in o.items() if k not in ("apiVersion", "kind")} for o in items]
