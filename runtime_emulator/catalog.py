@@ -237,8 +237,7 @@ def _custom_type(
         short_names,
         categories,
         ("status",) if status else (),
-        generation=True,
-        returns_deleted=True,
+        generation=True,  # (and DELETE answers a Status, as for ConfigMaps, once one is gone)
         builtin=False,
         schema=schema,
     )

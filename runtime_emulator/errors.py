@@ -37,7 +37,7 @@ def status_body(error: KubernetesError) -> dict[str, Any]:
     }
     if not error.reason:
         del body["reason"]  # (a real server leaves it out when it has none)
-    if error.details:
+    if error.details is not None:
         body["details"] = error.details
     return body
 
@@ -49,7 +49,16 @@ def not_found(plural: str, group: str, name: str) -> KubernetesError:
 
 
 def unknown_resource() -> KubernetesError:
-    return KubernetesError(404, "NotFound", "the server could not find the requested resource", None)
+    return KubernetesError(404, "NotFound", "the server could not find the requested resource", {})
+
+
+class PageNotFound(KubernetesError):
+    """A path no API group answers (an unknown group, or a CRD group's unknown version or resource):
+    a real server's plain-text ``404 page not found``, not a ``Status``."""
+
+
+def page_not_found() -> KubernetesError:
+    return PageNotFound(404, "NotFound", "404 page not found", None)
 
 
 def already_exists(plural: str, group: str, name: str) -> KubernetesError:
@@ -115,7 +124,8 @@ def invalid_causes(kind: str, group: str, name: str, causes: list[tuple[str, str
     kind_name = f"{kind}.{group}" if group else kind
     shown = [f"{field}: {message}" for _, field, message in causes]
     text = shown[0] if len(shown) == 1 else "[" + ", ".join(shown) + "]"
-    details: dict[str, Any] = {"name": name, "kind": kind}
+    details: dict[str, Any] = {"name": name} if name else {}
+    details["kind"] = kind
     if group:
         details["group"] = group
     details["causes"] = [{"reason": r, "message": m, "field": f} for r, f, m in causes]

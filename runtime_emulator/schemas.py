@@ -176,6 +176,12 @@ def _builtin_index() -> dict[tuple[str, str, str], str]:
     return index
 
 
+@functools.cache
+def builtin_groups() -> frozenset[str]:
+    """The API groups a real server serves itself (the core group is ``""``)."""
+    return frozenset(group for group, _, _ in _builtin_index())
+
+
 def builtin(group: str, version: str, kind: str) -> Node | None:
     """The schema of a built-in kind (``None`` when Kubernetes does not publish one)."""
     name = _builtin_index().get((group, version, kind))

@@ -12,6 +12,7 @@ import pytest
 
 from pki.crypto import KeyPair
 from tests.kube.contract.backends import Backend, EmulatorBackend, RealBackend
+from tests.kube.contract.resources import WIDGETS
 from tests.kube.contract.webhook import webhook_ca
 
 BACKENDS = ["emulator", pytest.param("real", marks=pytest.mark.kube)]
@@ -34,6 +35,12 @@ def ns(backend: Backend, request: pytest.FixtureRequest) -> str:
     """A new namespace for this case (left behind: the server goes at the end of the session)."""
     prefix = re.sub(r"[^a-z0-9]+", "-", request.node.originalname.removeprefix("test_").lower())
     return backend.namespace(prefix)
+
+
+@pytest.fixture(scope="session")
+def widgets_served(backend: Backend) -> None:
+    """The suite's own custom resource kind (``resources.WIDGETS``) is served."""
+    backend.register_crd(WIDGETS)
 
 
 @pytest.fixture

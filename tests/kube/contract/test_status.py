@@ -10,55 +10,14 @@ from typing import Any
 import pytest
 
 from tests.kube.contract.calls import Client, fields_of, managers, path
+from tests.kube.contract.resources import API_VERSION, widget
 
 KCP = "kyma-control-plane"
-API_VERSION = "contract.example.com/v1"
-WIDGETS = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "widgets.contract.example.com"},
-    "spec": {
-        "group": "contract.example.com",
-        "scope": "Namespaced",
-        "names": {"kind": "Widget", "plural": "widgets", "singular": "widget", "listKind": "WidgetList"},
-        "versions": [
-            {
-                "name": "v1",
-                "served": True,
-                "storage": True,
-                "subresources": {"status": {}},
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "properties": {
-                            "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
-                            "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
-                        },
-                    }
-                },
-            }
-        ],
-    },
-}
-
-
-@pytest.fixture(scope="session")
-def widgets_served(backend) -> None:
-    backend.register_crd(WIDGETS)
 
 
 @pytest.fixture
 def client(backend, widgets_served) -> Client:
     return Client(backend.api)
-
-
-def widget(name: str, namespace: str, **fields: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "Widget",
-        "metadata": {"name": name, "namespace": namespace},
-        **fields,
-    }
 
 
 def summary(obj: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
