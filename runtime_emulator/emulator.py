@@ -68,7 +68,7 @@ class RuntimeEmulator(UserActions, KubernetesEmulator):
 
     def __attrs_post_init__(self) -> None:
         # Deliberately not calling kmock's: its fallback reactions are replaced by _dispatch().
-        admission = Admission(self.store, self.service_endpoints, self.transport)
+        admission = Admission(self.store, self.service_endpoints, self.transport, self.catalog)
         self.engine = Engine(self.catalog, self.store, admission)
         self.workloads = Workloads(self.engine, self, None)
         self.engine.observer = self.workloads.observe
@@ -220,6 +220,7 @@ class RuntimeEmulator(UserActions, KubernetesEmulator):
         write.field_validation = validation
         write.force = routes.parse_bool(query, "force")
         write.field_manager = query.get("fieldManager") or user_agent.split("/")[0]
+        write.manager_named = bool(query.get("fieldManager"))
         if write.verb == "apply" and not query.get("fieldManager"):
             raise errors.invalid_causes(
                 "PatchOptions",

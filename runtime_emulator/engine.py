@@ -31,7 +31,7 @@ from runtime_emulator import (
     selectors,
     structural,
 )
-from runtime_emulator.admission import Admission, AdmissionRequest, UserInfo
+from runtime_emulator.admission import Admission, AdmissionRequest, UserInfo, configuration_problems
 from runtime_emulator.catalog import Catalog, ResourceType
 from runtime_emulator.schemas import Node
 from runtime_emulator.store import Store
@@ -42,12 +42,9 @@ ADMIN = UserInfo("kubernetes-admin", ("system:masters", "system:authenticated"))
 NAMESPACE_CONTROLLER = UserInfo("system:serviceaccount:kube-system:namespace-controller")
 MAX_ATTEMPTS = 8
 PROTECTED_NAMESPACES = frozenset({"default", "kube-system", "kube-public"})
-OPTIONS_KINDS = {
-    "create": "CreateOptions",
-    "update": "UpdateOptions",
-    "patch": "PatchOptions",
-    "apply": "PatchOptions",
-}
+# The options an admission webhook is sent: a patch (an apply too) is an update, or a create when
+# it creates the object, as a real server converts them.
+OPTIONS_KINDS = {"CREATE": "CreateOptions", "UPDATE": "UpdateOptions"}
 
 
 @dataclass(slots=True)
@@ -65,6 +62,7 @@ class Write:
     force: bool = False
     dry_run: bool = False
     field_validation: str = ""  # Ignore | Warn (the default) | Strict
+    manager_named: bool = True  # False: the field manager is the client's user agent (not an option)
     user: UserInfo = ADMIN
     # Writes made by the emulator's own controllers do not trigger them again.
     from_controller: bool = False
@@ -205,7 +203,7 @@ class Engine:
                 old,
                 w.user,
                 w.dry_run,
-                self._options(w),
+                self._options(w, operation),
             )
             admitted = await self.admission.review(request)
             if self.store.get(storage, w.namespace, name) is not old:
@@ -216,14 +214,16 @@ class Engine:
             return outcome
         raise errors.conflict(w.rtype.plural, w.rtype.group, w.name, "the object keeps changing; try again")
 
-    def _options(self, w: Write) -> dict[str, Any]:
+    def _options(self, w: Write, operation: str) -> dict[str, Any]:
         if w.verb == "delete":
             return {"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1", **w.options}
-        options: dict[str, Any] = {"kind": OPTIONS_KINDS[w.verb], "apiVersion": "meta.k8s.io/v1"}
-        if w.field_manager:
+        options: dict[str, Any] = {"kind": OPTIONS_KINDS[operation], "apiVersion": "meta.k8s.io/v1"}
+        if w.dry_run:
+            options["dryRun"] = ["All"]
+        if w.field_manager and w.manager_named:
             options["fieldManager"] = w.field_manager
-        if w.verb == "apply" and w.force:
-            options["force"] = True
+        if w.field_validation:
+            options["fieldValidation"] = w.field_validation
         return options
 
     @staticmethod
@@ -389,6 +389,10 @@ class Engine:
                 problem = build.deployment_problems(obj.get("spec") or {}, (old or {}).get("spec"))
                 if problem:
                     raise errors.invalid(rtype.kind, rtype.group, meta["name"], *problem)
+            if rtype in (catalog.VALIDATING_WEBHOOKS, catalog.MUTATING_WEBHOOKS):
+                problems = configuration_problems(obj)
+                if problems:
+                    raise errors.invalid_causes(rtype.kind, rtype.group, meta["name"], problems)
             if rtype is catalog.CRDS:
                 catalog.types_from_crd(obj)  # validates
                 obj["status"] = build.crd_status(obj, (old or {}).get("status"))

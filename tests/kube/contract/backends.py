@@ -60,6 +60,17 @@ class Backend:
         kubernetes.client.CoreV1Api(self.api).create_namespace(body)
         return name
 
+    def ensure_namespace(self, name: str) -> str:
+        """A namespace of exactly this name (the product's ``kyma-system``), created when missing."""
+        core = kubernetes.client.CoreV1Api(self.api)
+        try:
+            core.read_namespace(name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            core.create_namespace({"metadata": {"name": name}})
+        return name
+
     def served(self, group_version: str, kind: str) -> bool:
         try:
             response = self.api.call_api(
