@@ -202,6 +202,7 @@ DEPLOYMENTS = _BUILTIN_INDEX["apps", "v1", "deployments"]
 CRDS = _BUILTIN_INDEX["apiextensions.k8s.io", "v1", "customresourcedefinitions"]
 VALIDATING_WEBHOOKS = _BUILTIN_INDEX["admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations"]
 MUTATING_WEBHOOKS = _BUILTIN_INDEX["admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations"]
+PRIORITY_CLASSES = _BUILTIN_INDEX["scheduling.k8s.io", "v1", "priorityclasses"]
 
 _VERSION = re.compile(r"^v(\d+)(?:(alpha|beta)(\d+))?$")
 

@@ -42,6 +42,7 @@ ADMIN = UserInfo("kubernetes-admin", ("system:masters", "system:authenticated"))
 NAMESPACE_CONTROLLER = UserInfo("system:serviceaccount:kube-system:namespace-controller")
 MAX_ATTEMPTS = 8
 PROTECTED_NAMESPACES = frozenset({"default", "kube-system", "kube-public"})
+SYSTEM_PRIORITIES = {"system-node-critical": 2_000_001_000, "system-cluster-critical": 2_000_000_000}
 # The options an admission webhook is sent: a patch (an apply too) is an update, or a create when
 # it creates the object, as a real server converts them.
 OPTIONS_KINDS = {"CREATE": "CreateOptions", "UPDATE": "UpdateOptions"}
@@ -359,7 +360,7 @@ class Engine:
                 )
                 raise errors.forbidden(rtype.plural, rtype.group, meta["name"], why)
             if rtype is catalog.PODS:
-                why = podsecurity.refusal(namespace, obj.get("spec") or {})
+                why = podsecurity.refusal(namespace, obj.get("spec") or {}) or self._prioritize(obj)
                 if why:
                     raise errors.forbidden(rtype.plural, rtype.group, meta["name"], why)
         if self.store.get(rtype.storage, w.namespace, meta["name"]) is not None:
@@ -371,6 +372,21 @@ class Engine:
                 obj["status"] = status
         self._finish(w, None, obj, managed)
         return obj
+
+    def _prioritize(self, pod: dict[str, Any]) -> str:
+        """The Priority admission plugin: a pod's priorityClassName must name an existing class,
+        whose value becomes the pod's priority (``""``: admitted)."""
+        spec = pod.setdefault("spec", {})
+        name = spec.get("priorityClassName")
+        if not name:
+            return ""
+        found = self.store.get(catalog.PRIORITY_CLASSES.storage, None, name)
+        value = SYSTEM_PRIORITIES.get(name) if found is None else found.get("value", 0)
+        if value is None:
+            return f"no PriorityClass with name {name} was found"
+        spec["priority"] = value
+        spec.setdefault("preemptionPolicy", (found or {}).get("preemptionPolicy", "PreemptLowerPriority"))
+        return ""
 
     def _next(self, w: Write, old: dict[str, Any], body: Any, managed: list[Any] | None) -> dict[str, Any]:
         obj = build.updated(w.rtype, old, body, w.subresource)
