@@ -233,6 +233,8 @@ class RuntimeEmulator(UserActions, KubernetesEmulator):
         if write.verb == "patch":
             if content_type not in patches.PATCH_TYPES:
                 raise errors.unsupported_media_type(content_type)
+            if content_type == patches.STRATEGIC and not write.rtype.builtin:
+                raise errors.unsupported_media_type("", strategic=False)
             write.patch_type = content_type
         if write.verb == "delete":
             body = write.body if isinstance(write.body, Mapping) else {}

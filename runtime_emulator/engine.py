@@ -33,7 +33,7 @@ from runtime_emulator import (
 )
 from runtime_emulator.admission import Admission, AdmissionRequest, UserInfo, configuration_problems
 from runtime_emulator.catalog import Catalog, ResourceType
-from runtime_emulator.schemas import Node
+from runtime_emulator.schemas import ANY, Node
 from runtime_emulator.store import Store
 
 logger = logging.getLogger(__name__)
@@ -324,6 +324,8 @@ class Engine:
             return "UPDATE", self._next(w, old, body, None)
         if w.patch_type == patches.JSON_PATCH:
             patched = patches.json_patch(old, body)
+        elif isinstance(body, dict) and w.patch_type == patches.STRATEGIC:
+            patched = patches.strategic_merge(patches.clone(old), body, self.schema(rtype) or ANY)
         elif isinstance(body, dict):
             patched = patches.merge_patch(patches.clone(old), body)
         else:

@@ -166,15 +166,13 @@ def method_not_allowed(method: str) -> KubernetesError:
     )
 
 
-def unsupported_media_type(content_type: str) -> KubernetesError:
-    return KubernetesError(
-        415,
-        "UnsupportedMediaType",
-        "the body of the request was in an unknown format - accepted media types include: "
-        "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, "
-        f"application/strategic-merge-patch+json (got {content_type!r})",
-        None,
-    )
+def unsupported_media_type(content_type: str, *, strategic: bool = True) -> KubernetesError:
+    """415; a custom resource (``strategic=False``) takes no strategic merge patch."""
+    accepted = "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+    text = f"the body of the request was in an unknown format - accepted media types include: {accepted}"
+    if strategic:
+        text += f", application/strategic-merge-patch+json (got {content_type!r})"
+    return KubernetesError(415, "UnsupportedMediaType", text, None)
 
 
 def unauthorized() -> KubernetesError:

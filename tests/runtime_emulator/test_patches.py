@@ -200,7 +200,7 @@ def test_given_a_merge_patch_with_null_then_the_key_is_removed(
     assert patched["spec"]["sync"] == {"enabled": True}
 
 
-def test_given_a_dict_to_a_typed_patch_then_it_is_a_strategic_merge_treated_as_merge(apps: client.AppsV1Api):
+def test_given_a_dict_to_a_typed_patch_then_it_is_a_strategic_merge_by_container_name(apps: client.AppsV1Api):
     apps.create_namespaced_deployment("default", deployment("web"))
 
     patched = apps.patch_namespaced_deployment(
@@ -213,7 +213,8 @@ def test_given_a_dict_to_a_typed_patch_then_it_is_a_strategic_merge_treated_as_m
     )
 
     assert patched.metadata.labels == {"a": "b"}
-    assert [c.name for c in patched.spec.template.spec.containers] == ["x"]
+    # A new container goes in front of the existing ones (which a merge patch would replace).
+    assert [c.name for c in patched.spec.template.spec.containers] == ["x", "main"]
 
 
 def test_given_a_list_body_then_it_is_a_json_patch_and_failed_tests_are_422(core: client.CoreV1Api):

@@ -9,13 +9,14 @@ from typing import Any
 
 import pytest
 
-from tests.kube.contract.calls import Client, fields_of, managers, path
+from tests.kube.contract.calls import STRATEGIC, Client, fields_of, managers, path
+from tests.kube.contract.resources import API_VERSION
 
 KCP = "kyma-control-plane"
 
 
 @pytest.fixture
-def client(backend) -> Client:
+def client(backend, widgets_served) -> Client:
     return Client(backend.api)
 
 
@@ -248,3 +249,54 @@ def test_list_map_entries_of_a_built_in_kind_are_owned_one_by_one(client, ns):
     assert again.status == 200
     env = again.body["spec"]["template"]["spec"]["containers"][0]["env"]
     assert env == [{"name": "A", "value": "1"}, {"name": "U", "value": "user"}]
+
+
+def test_a_strategic_merge_patch_merges_keyed_lists_and_a_custom_resource_refuses_it(client, ns):
+    """What typed clients send for a dict patch (``AppsV1Api.patch_namespaced_deployment``)."""
+    where = path("apps/v1", "deployments", ns, "d")
+    containers = [
+        {"name": "main", "image": "nginx:1", "env": [{"name": "A", "value": "1"}]},
+        {"name": "sidecar", "image": "envoy:1"},
+    ]
+    client.apply(where, deployment("d", ns, containers), manager=KCP)
+    client.merge(where, {"metadata": {"finalizers": ["contract.example.com/a", "contract.example.com/c"]}})
+
+    patched = client.call(
+        "PATCH",
+        where,
+        {
+            "metadata": {
+                "finalizers": ["contract.example.com/b"],
+                "$deleteFromPrimitiveList/finalizers": ["contract.example.com/c"],
+            },
+            "spec": {
+                "replicas": 0,
+                "template": {
+                    "spec": {
+                        "containers": [
+                            {"name": "main", "image": "nginx:2", "env": [{"name": "B", "value": "2"}]},
+                            {"name": "sidecar", "$patch": "delete"},
+                        ]
+                    }
+                },
+            },
+        },
+        content_type=STRATEGIC,
+    )
+    custom = client.call(
+        "PATCH", path(API_VERSION, "widgets", ns, "w"), {"spec": {"a": 1}}, content_type=STRATEGIC
+    )
+
+    assert patched.status == 200
+    assert patched.body["spec"]["replicas"] == 0
+    (main,) = patched.body["spec"]["template"]["spec"]["containers"]
+    assert (main["name"], main["image"]) == ("main", "nginx:2")
+    # New entries go first, existing ones keep their order (as without $setElementOrder).
+    assert main["env"] == [{"name": "B", "value": "2"}, {"name": "A", "value": "1"}]
+    assert patched.body["metadata"]["finalizers"] == ["contract.example.com/b", "contract.example.com/a"]
+    assert custom.status == 415
+    assert custom.reason == "UnsupportedMediaType"
+    assert custom.message == (
+        "the body of the request was in an unknown format - accepted media types include: "
+        "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+    )
