@@ -14,7 +14,8 @@ import pytest
 
 from tests.kube.contract.calls import Client, path
 
-WATCH_SECONDS = 2
+WATCH_SECONDS = 2  # a watch made while changes happen lasts this long
+REPLAY_SECONDS = 1  # one that replays what already happened, this long
 
 
 @pytest.fixture
@@ -91,10 +92,12 @@ def test_a_list_pages_with_limit_and_continue(client, ns):
     assert "remainingItemCount" not in selected.body["metadata"]  # a selection is not counted
 
 
-def watch(backend, ns: str, *, selector: str, since: str | None = None) -> list[dict[str, Any]]:
-    """The events of a watch on ConfigMaps (ending after WATCH_SECONDS)."""
+def watch(
+    backend, ns: str, *, selector: str, since: str | None = None, seconds: int = REPLAY_SECONDS
+) -> list[dict[str, Any]]:
+    """The events of a watch on ConfigMaps (ending after ``seconds``)."""
     core = kubernetes.client.CoreV1Api(backend.api)
-    options: dict[str, Any] = {"label_selector": selector, "timeout_seconds": WATCH_SECONDS}
+    options: dict[str, Any] = {"label_selector": selector, "timeout_seconds": seconds}
     if since is not None:
         options["resource_version"] = since
     stream = kubernetes.watch.Watch().stream(
@@ -109,7 +112,9 @@ def watching(
     """Make ``changes`` while a watch from ``since`` is open; its events."""
     events: list[dict[str, Any]] = []
     watcher = threading.Thread(
-        target=lambda: events.extend(watch(backend, ns, selector=selector, since=since))
+        target=lambda: events.extend(
+            watch(backend, ns, selector=selector, since=since, seconds=WATCH_SECONDS)
+        )
     )
     watcher.start()
     time.sleep(0.3)  # the watch is open (changes made before would come from history, too)
