@@ -11,6 +11,7 @@ then turns into a 409 Conflict).
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -82,6 +83,12 @@ class Outcome(NamedTuple):
 
 # Called after every committed write that changed something: (write, old, outcome).
 CommitObserver = Callable[[Write, dict[str, Any] | None, Outcome], Awaitable[None]]
+
+
+@functools.lru_cache(maxsize=4096)
+def _typed_errors(schema: Node, body: str) -> tuple[str, ...]:
+    # A fleet applies the same few documents to every runtime: each is checked once.
+    return tuple(structural.typed_errors(json.loads(body), schema))
 
 
 class Engine:
@@ -250,11 +257,11 @@ class Engine:
     def _typed(self, w: Write, body: dict[str, Any]) -> None:
         """A server-side apply's configuration must fit the kind's schema (else a 500, as real)."""
         schema = self.schema(w.rtype)
-        problems = structural.typed_errors(body, schema) if schema is not None else []
+        problems = _typed_errors(schema, json.dumps(body)) if schema is not None else ()
         if problems:
             rtype, namespace = w.rtype, (body.get("metadata") or {}).get("namespace") or ""
             raise errors.typed_patch_failed(
-                rtype.group, rtype.version, rtype.kind, namespace, w.name, problems
+                rtype.group, rtype.version, rtype.kind, namespace, w.name, list(problems)
             )
 
     def _structural(self, w: Write, old: dict[str, Any] | None, obj: dict[str, Any]) -> None:

@@ -50,16 +50,22 @@ class Entry:
     api_version: str
     time: str
     paths: set[Path] = field(default_factory=set)
+    # The stored encoding and what it encodes, reused while the paths stay the same.
+    stored: tuple[frozenset[Path], Mapping[str, Any]] | None = None
 
     def render(self) -> dict[str, Any]:
         """The entry as it appears in ``metadata.managedFields``."""
+        if self.stored is not None and self.stored[0] == self.paths:
+            fields_v1 = self.stored[1]
+        else:
+            fields_v1 = encode(self.paths)
         rendered: dict[str, Any] = {
             "manager": self.manager,
             "operation": self.operation,
             "apiVersion": self.api_version,
             "time": self.time,
             "fieldsType": "FieldsV1",
-            "fieldsV1": encode(self.paths),
+            "fieldsV1": fields_v1,
         }
         if self.subresource:
             rendered["subresource"] = self.subresource
@@ -115,17 +121,21 @@ def decode(node: Mapping[str, Any], prefix: Path = ()) -> set[Path]:
 def parse_entries(obj: Mapping[str, Any] | None) -> list[Entry]:
     """The managed-fields entries of an object (none for ``None``)."""
     raw = ((obj or {}).get("metadata") or {}).get("managedFields") or ()
-    return [
-        Entry(
+    entries = []
+    for e in raw:
+        encoded = e.get("fieldsV1") or {}
+        paths = decode(encoded)
+        entry = Entry(
             e.get("manager", ""),
             e.get("operation", "Update"),
             e.get("subresource", ""),
             e.get("apiVersion", ""),
             e.get("time", ""),
-            decode(e.get("fieldsV1") or {}),
+            paths,
         )
-        for e in raw
-    ]
+        entry.stored = (frozenset(paths), encoded)  # (stored objects are never changed)
+        entries.append(entry)
+    return entries
 
 
 def _store_entries(obj: dict[str, Any], entries: list[Entry]) -> None:
@@ -160,14 +170,30 @@ def scoped(obj: Mapping[str, Any], subresource: str, separate_status: bool) -> d
 def item_key(item: Any, list_node: Node, index: int) -> str:
     """The path element of one list item: ``k:{...}`` (keyed), ``v:...`` (set) or ``i:<n>``."""
     if list_node.list_type == "set":
-        return "v:" + json.dumps(item, separators=(",", ":"))
-    if list_node.list_type == "map" and isinstance(item, Mapping):
+        return "v:" + _json(item)
+    if list_node.list_type == "map" and isinstance(item, dict):
         defaults = list_node.items().key_defaults
-        keys = {k: item.get(k, defaults.get(k)) for k in list_node.list_keys}
-        keys = {k: v for k, v in keys.items() if v is not None}
-        if keys:
-            return "k:" + json.dumps(dict(sorted(keys.items())), separators=(",", ":"))
+        parts = []
+        for key in sorted(list_node.list_keys):
+            value = item.get(key, defaults.get(key))
+            if value is not None:
+                parts.append(f'"{key}":{_json(value)}')
+        if parts:
+            return "k:{" + ",".join(parts) + "}"
     return f"i:{index}"
+
+
+def _json(value: Any) -> str:
+    """Compact JSON of a key value (plain strings without a call to the encoder)."""
+    if (
+        isinstance(value, str)
+        and value.isascii()
+        and value.isprintable()
+        and '"' not in value
+        and "\\" not in value
+    ):
+        return f'"{value}"'
+    return json.dumps(value, separators=(",", ":"))
 
 
 def _granular_list(value: Any, node: Node) -> bool:
@@ -175,7 +201,7 @@ def _granular_list(value: Any, node: Node) -> bool:
 
 
 def _granular_map(value: Any, node: Node) -> bool:
-    return isinstance(value, Mapping) and not node.atomic_map and (node.anything or node.is_object())
+    return isinstance(value, dict) and not node.atomic_map and (node.anything or node.is_object())
 
 
 def flatten(value: Mapping[str, Any], node: Node | None) -> dict[Path, tuple[str, Any]]:
@@ -198,7 +224,7 @@ def _flatten(value: Any, node: Node, path: Path, out: dict[Path, tuple[str, Any]
         items = node.items()
         for index, item in enumerate(value):
             element = (*path, item_key(item, node, index))
-            if node.list_type == "map" and isinstance(item, Mapping):
+            if node.list_type == "map" and isinstance(item, dict):
                 out[element] = (ITEM, None)
                 for key, child in item.items():
                     _flatten(child, items.child(key) or ANY, (*element, f"f:{key}"), out)
@@ -232,7 +258,7 @@ def merge(live: Any, config: Any, node: Node) -> Any:
     if config is None:
         return _null(live, node)
     if _granular_map(config, node):
-        base = live if isinstance(live, Mapping) else {}
+        base = live if isinstance(live, dict) else {}
         result = dict(base)
         for key, value in config.items():
             merged = merge(base.get(key), value, node.child(key) or ANY)
@@ -392,7 +418,8 @@ def apply(
     wanted = owned_by_apply(flatten(applied, root))
 
     result: dict[str, Any] = clone(live) if live is not None else {}
-    before = flatten(scoped(result, target.subresource, target.separate_status), root)
+    # With no other manager in this scope there is nothing to conflict with (the usual case).
+    before = flatten(scoped(result, target.subresource, target.separate_status), root) if others else {}
     for name, value in applied.items():
         merged = merge(result.get(name), clone(value), root.child(name) or ANY)
         if merged is None:
@@ -404,7 +431,7 @@ def apply(
     for path in sorted((mine.paths if mine else set()) - wanted - owned_by_others, key=len, reverse=True):
         if not _key_of_item(path):  # (a key field goes with its item)
             remove_path(result, path, root, protected)
-    after = flatten(scoped(result, target.subresource, target.separate_status), root)
+    after = flatten(scoped(result, target.subresource, target.separate_status), root) if others else {}
 
     changed = changes(before, after)
     conflicts: dict[str, list[str]] = {}
@@ -421,7 +448,8 @@ def apply(
         mine = Entry(target.manager, "Apply", target.subresource, target.api_version, now)
         entries.append(mine)
     mine.paths, mine.api_version, mine.time = wanted, target.api_version, now
-    _forget_missing(entries, after, target)
+    if others:
+        _forget_missing(entries, after, target)
     _store_entries(result, entries)
     return result
 

@@ -182,6 +182,7 @@ def builtin_groups() -> frozenset[str]:
     return frozenset(group for group, _, _ in _builtin_index())
 
 
+@functools.cache
 def builtin(group: str, version: str, kind: str) -> Node | None:
     """The schema of a built-in kind (``None`` when Kubernetes does not publish one)."""
     name = _builtin_index().get((group, version, kind))

@@ -74,7 +74,7 @@ def typed_errors(value: Any, node: Node, path: str = "") -> list[str]:
     if not _fits(value, node):
         return [f"{path}: {_expected(value, node)}"]
     found: list[str] = []
-    if isinstance(value, Mapping):
+    if isinstance(value, dict):
         # Undeclared fields are reported alone: the object's other fields are not looked at.
         found = [f"{path}.{key}: field not declared in schema" for key in value if node.child(key) is None]
         if found:
@@ -90,7 +90,7 @@ def _list_errors(value: list[Any], node: Node, path: str) -> list[str]:
     items, found, seen = node.items(), [], set()
     for index, item in enumerate(value):
         if node.list_type == "map":
-            if not isinstance(item, Mapping):
+            if not isinstance(item, dict):
                 found += typed_errors(item, items, f"{path}[{index}]")
                 continue
             keys = {k: item.get(k, items.key_defaults.get(k)) for k in node.list_keys}
