@@ -28,6 +28,7 @@ from runtime_emulator import EmulatorHost, RuntimeEmulator
 from tests.kube.contract.webhook import WebhookServer
 
 WAIT = 30.0  # seconds for something the server does in the background (a CRD being served)
+_runtimes = itertools.count(1)
 
 
 def wait_for(condition: Callable[[], Any], *, what: str, timeout: float = WAIT) -> Any:
@@ -201,6 +202,3 @@ class EmulatorBackend(Backend):
         finally:
             with contextlib.suppress(Exception):
                 self.host.stop()
-
-
-_runtimes = itertools.count(1)

@@ -107,11 +107,8 @@ def configure(
             ca_pem=ca.certificate_pem,
             objectSelector={"matchLabels": {"contract-canary": token}},
         )
-        body = {"metadata": {"name": name}, "webhooks": [canary, *webhooks]}
-        if client.get(f"{where}/{name}").status == 200:
-            assert client.put(f"{where}/{name}", {**client.get(f"{where}/{name}").body, **body}).ok
-        else:
-            assert client.create(where, body).ok
+        created = client.create(where, {"metadata": {"name": name}, "webhooks": [canary, *webhooks]})
+        assert created.ok, created.message
 
         def arrived() -> bool:
             probe = {"metadata": {"generateName": "canary-", "labels": {"contract-canary": token}}}
@@ -122,10 +119,6 @@ def configure(
 
     yield make
     client.delete(f"{where}/{name}")
-
-
-def requests_at(server: WebhookServer, where: str) -> list[dict[str, Any]]:
-    return server.requests(where)
 
 
 def test_create_update_and_delete_are_reviewed_with_what_the_runtime_watcher_reads(
@@ -203,7 +196,7 @@ def test_the_status_subresource_is_reviewed_as_such(client, server, configure, c
     client.merge(where + "/status", {"status": {"state": "Ready"}})
     client.merge(where, {"spec": {"a": 2}})  # not the status: not this webhook's
 
-    (request,) = requests_at(server, "/validate/status")
+    (request,) = server.requests("/validate/status")
     assert (request["operation"], request["subResource"], request["requestSubResource"]) == (
         "UPDATE",
         "status",
@@ -237,7 +230,7 @@ def test_a_dry_run_is_reviewed_as_one(client, server, configure, ca, ns):
     assert dry.status == 201
     assert client.get(f"{where}/w").status == 404
     for hook in ("/validate/plain", "/validate/dry"):
-        (request,) = requests_at(server, hook)
+        (request,) = server.requests(hook)
         assert request["dryRun"] is True
         assert request["options"] == {
             "kind": "CreateOptions",
@@ -283,7 +276,7 @@ def test_an_object_selector_limits_what_is_reviewed(client, server, configure, c
     client.merge(f"{where}/in", {"metadata": {"labels": {"watched": None}}})  # the old one matched
     client.merge(f"{where}/in", {"spec": {"a": 3}})  # neither does now
 
-    seen = [(r["operation"], r["name"]) for r in requests_at(server, "/validate/selected")]
+    seen = [(r["operation"], r["name"]) for r in server.requests("/validate/selected")]
     assert seen == [("CREATE", "in"), ("UPDATE", "in")]
 
 
@@ -401,8 +394,8 @@ def test_match_policy_equivalent_reviews_a_request_to_another_version_as_the_rul
         widget("w", ns, api_version=f"{GROUP}/v1beta1", spec={"a": 1}),
     )
 
-    assert requests_at(server, "/validate/exact") == []
-    (request,) = requests_at(server, "/validate/equivalent")
+    assert server.requests("/validate/exact") == []
+    (request,) = server.requests("/validate/equivalent")
     assert request["kind"] == {"group": GROUP, "version": "v1", "kind": "Widget"}
     assert request["requestKind"] == {"group": GROUP, "version": "v1beta1", "kind": "Widget"}
     assert request["resource"]["version"] == "v1"
