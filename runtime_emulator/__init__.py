@@ -41,11 +41,52 @@ different value (a ``kubectl edit``, an earlier create) is a 409 Conflict, exact
 server. Do not pass a dict body to a typed ``patch_*`` without ``_content_type``: the client then
 sends a strategic merge patch, not an apply.
 
+Held to a real API server
+-------------------------
+The contract suite (``tests/kube/contract``) runs the same cases against a real kube-apiserver
+(the ``kube`` tier, ``envtest``) and against this emulator: server-side apply and managed fields,
+typed and schema-checked writes (``schemas``, ``structural``), the status subresource,
+generation, optimistic concurrency, lists and watches, deletion and discovery, admission webhooks
+as the API server calls them, CRD validation and pruning, Pod Security and Priority admission.
+Where they differ, the emulator is fixed; what is left, and why:
+
+* **A resumed watch coalesces**: a watch from an older resourceVersion gets the latest state of
+  each object changed since (in order, with a selection's entries and exits), not every
+  intermediate version a real server replays. Keeping old versions would hold them alive in
+  thousands of runtimes; a watch that is open sees every change, and the product does not watch.
+* **No BOOKMARK events** and no ``sendInitialEvents`` (watch lists): ``allowWatchBookmarks`` is
+  accepted and ignored, which the API allows (bookmarks are best effort).
+* **Paging reads the present**: ``continue`` pages show the current objects, not a snapshot at the
+  first page's resourceVersion (only writes between pages tell the difference).
+* **Wording of some refusals**: an unparsable label selector is a 400 BadRequest as on a real
+  server, but the message differs; so does a built-in kind's body of the wrong type outside an
+  apply (a 400 "cannot be handled as a <Kind>", without Go's decoder message); the "got" part of
+  an apply's typed errors is approximated.
+* **CRDs**: CEL rules (``x-kubernetes-validations``) are not evaluated and conversion webhooks are
+  not called (the versions of a custom resource share one stored object; a request through
+  another version only changes its ``apiVersion``); validation ratcheting is approximated (an
+  update is not refused for a cause its old object already had); defaults are not applied on read.
+* **One identity, no RBAC**: every request with the emulator's token is the administrator
+  (``kubernetes-admin``); least privilege is checked only against the real server (the ``kube``
+  tier), as it needs the real authorizer.
+* **Controllers and kinds**: only the built-in kinds the product uses are served; of a cluster's
+  controllers only deployments, pods (through the kubelet hook) and namespace deletion are
+  emulated, immediately: a new namespace gets no ``default`` ServiceAccount or ``kube-root-ca.crt``
+  ConfigMap, Pods are not refused for a missing ServiceAccount, there are no EndpointSlices
+  (webhook Services are reached through ``service_endpoints``), and what a real server does a
+  moment later from its caches (a new webhook configuration or PriorityClass taking effect, a
+  namespace going once emptied) happens at once.
+* **Admission plugins**: of the built-in ones, PodSecurity (``restricted``, see ``podsecurity``),
+  Priority and NamespaceLifecycle; no LimitRanger, ResourceQuota, ServiceAccount or others. Built-in
+  kinds are validated for a few fields only (names, Deployments' selectors and containers).
+
 Module map: ``host`` (event loop, ports, TLS), ``emulator`` (HTTP layer), ``userapi`` (Python
 access for tests), ``engine`` (write pipeline), ``build``/``defaults`` (object rules),
-``fields`` (managed fields, apply), ``patches``, ``admission`` (webhooks), ``workloads``/``pods``
-(deployment controller, kubelet hook), ``catalog``/``discovery``/``crds``, ``store``, ``watch``,
-``selectors``, ``faults`` (fault injection, request counts), ``routes``, ``errors``.
+``schemas``/``structural`` (each kind's schema: typed applies, pruning, CRD defaults and
+validation), ``fields`` (managed fields, apply), ``patches``, ``admission`` (webhooks),
+``workloads``/``pods`` (deployment controller, kubelet hook), ``podsecurity``,
+``catalog``/``discovery``/``crds``, ``store``, ``watch``, ``selectors``, ``faults`` (fault
+injection, request counts), ``routes``, ``errors``.
 """
 
 from kmock import KubernetesError

@@ -34,7 +34,7 @@ import jsonpatch
 from kmock import KubernetesError
 
 from runtime_emulator import catalog, selectors
-from runtime_emulator.catalog import ResourceType
+from runtime_emulator.catalog import Catalog, ResourceType
 from runtime_emulator.selectors import Requirement
 from runtime_emulator.store import Store
 
@@ -130,9 +130,10 @@ class _Rule:
     operations: frozenset[str]
     scope: str
 
-    def matches(self, request: AdmissionRequest) -> bool:
-        """Whether this rule covers the request's operation, group, version, resource and scope."""
-        rtype, sub = request.rtype, request.subresource
+    def matches(self, request: AdmissionRequest, rtype: ResourceType) -> bool:
+        """Whether this rule covers the request's operation and subresource, and ``rtype``'s
+        group, version, resource and scope (the request's own type, or an equivalent one)."""
+        sub = request.subresource
         if "*" not in self.operations and request.operation not in self.operations:
             return False
         if "*" not in self.groups and rtype.group not in self.groups:
@@ -153,6 +154,7 @@ class _Webhook:
     mutating: bool
     rules: tuple[_Rule, ...]
     failure_policy: str
+    match_policy: str
     timeout: float
     object_selector: tuple[Requirement, ...]
     namespace_selector: tuple[Requirement, ...]
@@ -205,6 +207,7 @@ def _compile(config: Mapping[str, Any], mutating: bool) -> list[_Webhook]:
                 mutating,
                 rules,
                 hook.get("failurePolicy") or "Fail",
+                hook.get("matchPolicy") or "Equivalent",
                 float(hook.get("timeoutSeconds") or 10),
                 object_selector,
                 namespace_selector,
@@ -220,13 +223,16 @@ def _compile(config: Mapping[str, Any], mutating: bool) -> list[_Webhook]:
 class Admission:
     """The admission chain of one emulator."""
 
-    __slots__ = ("_calls", "_endpoints", "_hooks", "_store", "_transport", "store_delay")
+    __slots__ = ("_calls", "_catalog", "_endpoints", "_hooks", "_store", "_transport", "store_delay")
 
-    def __init__(self, store: Store, endpoints: Endpoints, transport: WebhookTransport) -> None:
+    def __init__(
+        self, store: Store, endpoints: Endpoints, transport: WebhookTransport, types: Catalog | None = None
+    ) -> None:
         # Seconds between the validating webhooks' answers and the write being stored: a real API
         # server stores a change some time after its webhooks saw it (other webhooks, etcd).
         self.store_delay = 0.0
         self._store = store
+        self._catalog = types
         self._endpoints = endpoints
         self._transport = transport
         self._hooks: tuple[list[_Webhook], list[_Webhook]] | None = None
@@ -257,13 +263,27 @@ class Admission:
             )
         return self._hooks
 
-    def _applies(self, hook: _Webhook, request: AdmissionRequest) -> bool:
-        if not any(rule.matches(request) for rule in hook.rules):
-            return False
+    def _matched(self, hook: _Webhook, request: AdmissionRequest) -> ResourceType | None:
+        """The type the webhook reviews the request as (``None``: not called). With
+        ``matchPolicy: Equivalent`` (the default) a rule for another version of the same resource
+        matches too, and the webhook gets the object in that version."""
+        if any(rule.matches(request, request.rtype) for rule in hook.rules):
+            return request.rtype
+        if hook.match_policy == "Equivalent" and self._catalog is not None:
+            for other in sorted(self._catalog, key=lambda r: catalog.version_priority(r.version)):
+                equivalent = other.storage == request.rtype.storage and other is not request.rtype
+                if equivalent and any(rule.matches(request, other) for rule in hook.rules):
+                    return other
+        return None
+
+    def _applies(self, hook: _Webhook, request: AdmissionRequest) -> ResourceType | None:
+        rtype = self._matched(hook, request)
+        if rtype is None:
+            return None
         if hook.object_selector:
             labels = [(o.get("metadata") or {}).get("labels") for o in (request.obj, request.old) if o]
             if not any(selectors.labels_match(hook.object_selector, lab) for lab in labels or [{}]):
-                return False
+                return None
         if hook.namespace_selector:
             if request.rtype is catalog.NAMESPACES:
                 ns_labels = ((request.obj or request.old or {}).get("metadata") or {}).get("labels")
@@ -271,9 +291,10 @@ class Admission:
                 namespace = self._store.get(catalog.NAMESPACES.storage, None, request.namespace or "")
                 ns_labels = ((namespace or {}).get("metadata") or {}).get("labels")
             else:
-                return True
-            return selectors.labels_match(hook.namespace_selector, ns_labels)
-        return True
+                return rtype
+            if not selectors.labels_match(hook.namespace_selector, ns_labels):
+                return None
+        return rtype
 
     async def review(self, request: AdmissionRequest) -> dict[str, Any] | None:
         """Run the chain; returns the (possibly mutated) object or raises the rejection."""
@@ -284,11 +305,12 @@ class Admission:
         if not mutating and not validating:
             return obj
         for hook in mutating:
-            if self._applies(hook, request):
-                obj = await self._call(hook, request, obj)
-        matching = [hook for hook in validating if self._applies(hook, request)]
+            as_type = self._applies(hook, request)
+            if as_type is not None:
+                obj = await self._call(hook, request, obj, as_type)
+        matching = [(hook, as_type) for hook in validating if (as_type := self._applies(hook, request))]
         results = await asyncio.gather(
-            *(self._call(h, request, obj) for h in matching), return_exceptions=True
+            *(self._call(h, request, obj, as_type) for h, as_type in matching), return_exceptions=True
         )
         for result in results:
             if isinstance(result, BaseException):
@@ -297,20 +319,20 @@ class Admission:
             await asyncio.sleep(self.store_delay)
         return obj
 
-    def _review(self, request: AdmissionRequest, obj: dict[str, Any] | None) -> dict[str, Any]:
-        rtype = request.rtype
-        kind = {"group": rtype.group, "version": rtype.version, "kind": rtype.kind}
-        resource = {"group": rtype.group, "version": rtype.version, "resource": rtype.plural}
+    def _review(
+        self, request: AdmissionRequest, obj: dict[str, Any] | None, as_type: ResourceType
+    ) -> dict[str, Any]:
+        asked = request.rtype
         body: dict[str, Any] = {
             "uid": str(uuid.uuid4()),
-            "kind": kind,
-            "resource": resource,
-            "requestKind": kind,
-            "requestResource": resource,
+            "kind": _kind(as_type),
+            "resource": _resource(as_type),
+            "requestKind": _kind(asked),
+            "requestResource": _resource(asked),
             "operation": request.operation,
             "userInfo": request.user.render(),
-            "object": obj,
-            "oldObject": request.old,
+            "object": _as_version(obj, as_type),
+            "oldObject": _as_version(request.old, as_type),
             "dryRun": request.dry_run,
             "options": request.options,
         }
@@ -323,9 +345,9 @@ class Admission:
         return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": body}
 
     async def _call(
-        self, hook: _Webhook, request: AdmissionRequest, obj: dict[str, Any] | None
+        self, hook: _Webhook, request: AdmissionRequest, obj: dict[str, Any] | None, as_type: ResourceType
     ) -> dict[str, Any] | None:
-        review = self._review(request, obj)
+        review = self._review(request, obj, as_type)
         record = WebhookCall(hook.configuration, hook.name, hook.mutating, hook.display_url(), review)
         if self._calls is None:
             self._calls = deque(maxlen=CALL_LOG_SIZE)
@@ -396,9 +418,61 @@ class Admission:
                     )
         except TimeoutError:
             raise _CallFailed(f"failed to call webhook: {shown}: context deadline exceeded") from None
+        except aiohttp.ClientConnectorError as exc:
+            why = "connection refused" if isinstance(exc.os_error, ConnectionRefusedError) else exc.os_error
+            raise _CallFailed(
+                f"failed to call webhook: {shown}: dial tcp {exc.host}:{exc.port}: connect: {why}"
+            ) from exc
         except (aiohttp.ClientError, ssl.SSLError, OSError) as exc:
             raise _CallFailed(f"failed to call webhook: {shown}: {exc}") from exc
         return _parse_response(raw, review["request"]["uid"])
+
+
+_CHOICES = {
+    "sideEffects": ("None", "NoneOnDryRun"),
+    "failurePolicy": ("Fail", "Ignore"),
+    "matchPolicy": ("Equivalent", "Exact"),
+    "reinvocationPolicy": ("IfNeeded", "Never"),
+}
+
+
+def configuration_problems(config: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """``(reason, field, message)`` of what admissionregistration.k8s.io/v1 refuses in a webhook
+    configuration (the fields the emulator relies on)."""
+    found = []
+    for index, hook in enumerate(config.get("webhooks") or ()):
+        where = f"webhooks[{index}]"
+        for key, supported in _CHOICES.items():
+            value = hook.get(key)
+            if key == "sideEffects" and value is None:
+                found.append(("FieldValueRequired", f"{where}.{key}", "Required value"))
+            elif value is not None and value not in supported:
+                choices = ", ".join(f'"{choice}"' for choice in supported)
+                why = f'Unsupported value: "{value}": supported values: {choices}'
+                found.append(("FieldValueNotSupported", f"{where}.{key}", why))
+        timeout = hook.get("timeoutSeconds")
+        if timeout is not None and not 1 <= timeout <= 30:
+            why = f"Invalid value: {timeout}: the timeout value must be between 1 and 30 seconds"
+            found.append(("FieldValueInvalid", f"{where}.timeoutSeconds", why))
+        if not hook.get("admissionReviewVersions"):
+            why = "Required value: must specify one of v1, v1beta1"
+            found.append(("FieldValueRequired", f"{where}.admissionReviewVersions", why))
+    return found
+
+
+def _kind(rtype: ResourceType) -> dict[str, str]:
+    return {"group": rtype.group, "version": rtype.version, "kind": rtype.kind}
+
+
+def _resource(rtype: ResourceType) -> dict[str, str]:
+    return {"group": rtype.group, "version": rtype.version, "resource": rtype.plural}
+
+
+def _as_version(obj: dict[str, Any] | None, rtype: ResourceType) -> dict[str, Any] | None:
+    """An object as ``rtype``'s version serves it (custom resource versions share a schema here)."""
+    if obj is None or obj.get("apiVersion") == rtype.api_version:
+        return obj
+    return {**obj, "apiVersion": rtype.api_version}
 
 
 def _parse_response(raw: bytes, uid: str) -> dict[str, Any]:

@@ -8,6 +8,7 @@ live in a per-emulator overlay, created on the first CRD.
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -42,6 +43,8 @@ class ResourceType:
     # DELETE answers with the object (pods, namespaces, custom resources) instead of a Status.
     returns_deleted: bool = False
     builtin: bool = True
+    # A custom resource's openAPIV3Schema as JSON text ("": none); see runtime_emulator.schemas.
+    schema: str = ""
 
     @property
     def api_version(self) -> str:
@@ -199,6 +202,7 @@ DEPLOYMENTS = _BUILTIN_INDEX["apps", "v1", "deployments"]
 CRDS = _BUILTIN_INDEX["apiextensions.k8s.io", "v1", "customresourcedefinitions"]
 VALIDATING_WEBHOOKS = _BUILTIN_INDEX["admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations"]
 MUTATING_WEBHOOKS = _BUILTIN_INDEX["admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations"]
+PRIORITY_CLASSES = _BUILTIN_INDEX["scheduling.k8s.io", "v1", "priorityclasses"]
 
 _VERSION = re.compile(r"^v(\d+)(?:(alpha|beta)(\d+))?$")
 
@@ -220,6 +224,7 @@ def _custom_type(
     names: tuple[str, str, str, tuple[str, ...], tuple[str, ...]],
     namespaced: bool,
     status: bool,
+    schema: str,
 ) -> ResourceType:
     # Interned: thousands of runtimes registering the same CRD share the same few objects.
     plural, singular, kind, short_names, categories = names
@@ -233,9 +238,9 @@ def _custom_type(
         short_names,
         categories,
         ("status",) if status else (),
-        generation=True,
-        returns_deleted=True,
+        generation=True,  # (and DELETE answers a Status, as for ConfigMaps, once one is gone)
         builtin=False,
+        schema=schema,
     )
 
 
@@ -280,10 +285,20 @@ def types_from_crd(crd: Mapping[str, Any]) -> list[ResourceType]:
         )
     return [
         _custom_type(
-            group, v["name"], names_key, scope == "Namespaced", "status" in (v.get("subresources") or {})
+            group,
+            v["name"],
+            names_key,
+            scope == "Namespaced",
+            "status" in (v.get("subresources") or {}),
+            _schema_text(v),
         )
         for v in versions
     ]
+
+
+def _schema_text(version: Mapping[str, Any]) -> str:
+    schema = (version.get("schema") or {}).get("openAPIV3Schema")
+    return json.dumps(schema, sort_keys=True, separators=(",", ":")) if isinstance(schema, Mapping) else ""
 
 
 class Catalog:

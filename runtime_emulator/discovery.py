@@ -11,7 +11,7 @@ from typing import Any
 from runtime_emulator import errors
 from runtime_emulator.catalog import Catalog
 
-KUBERNETES_VERSION = "v1.31.4"
+KUBERNETES_VERSION = "v1.37.2"  # the release of envtest/build, whose schemas it types objects by
 
 
 def version_info() -> dict[str, Any]:

@@ -28,7 +28,7 @@ import attrs
 from aiohttp import web
 from kmock import KubernetesEmulator, KubernetesError, ObjectsArray, ResourceInfo, ResourcesArray, resource
 
-from runtime_emulator import discovery, errors, patches, routes, watch
+from runtime_emulator import discovery, errors, patches, routes, schemas, watch
 from runtime_emulator.admission import Admission, WebhookCall, WebhookTransport
 from runtime_emulator.catalog import Catalog, ResourceType
 from runtime_emulator.engine import ADMIN, Engine, Write
@@ -68,7 +68,7 @@ class RuntimeEmulator(UserActions, KubernetesEmulator):
 
     def __attrs_post_init__(self) -> None:
         # Deliberately not calling kmock's: its fallback reactions are replaced by _dispatch().
-        admission = Admission(self.store, self.service_endpoints, self.transport)
+        admission = Admission(self.store, self.service_endpoints, self.transport, self.catalog)
         self.engine = Engine(self.catalog, self.store, admission)
         self.workloads = Workloads(self.engine, self, None)
         self.engine.observer = self.workloads.observe
@@ -150,6 +150,8 @@ class RuntimeEmulator(UserActions, KubernetesEmulator):
 
     async def _render_error(self, exc: Exception) -> web.StreamResponse:
         error = exc if isinstance(exc, KubernetesError) else errors.internal_error(repr(exc))
+        if isinstance(error, errors.PageNotFound):
+            return web.Response(text=f"{error.message}\n", status=404, content_type="text/plain")
         headers = {}
         if error.status == 429:
             headers["Retry-After"] = str((error.details or {}).get("retryAfterSeconds", 1))
@@ -197,6 +199,8 @@ class RuntimeEmulator(UserActions, KubernetesEmulator):
             or (rtype.namespaced and route.namespace is None and route.name)
             or (route.subresource and route.subresource not in rtype.subresources)
         ):
+            if route.group not in schemas.builtin_groups():
+                raise errors.page_not_found()
             raise errors.unknown_resource()
         return rtype
 
@@ -207,21 +211,42 @@ class RuntimeEmulator(UserActions, KubernetesEmulator):
         if dry_run not in ("", "All"):
             raise errors.bad_request(f'dryRun: Unsupported value: "{dry_run}": supported values: "All"')
         write.dry_run = bool(dry_run)
+        validation = query.get("fieldValidation", "")
+        if validation not in ("", "Ignore", "Warn", "Strict"):
+            supported = '"Ignore", "Warn", "Strict"'
+            raise errors.bad_request(
+                f'fieldValidation: Unsupported value: "{validation}": supported values: {supported}'
+            )
+        write.field_validation = validation
         write.force = routes.parse_bool(query, "force")
         write.field_manager = query.get("fieldManager") or user_agent.split("/")[0]
+        write.manager_named = bool(query.get("fieldManager"))
         if write.verb == "apply" and not query.get("fieldManager"):
-            raise errors.unprocessable(
-                'PatchOptions.meta.k8s.io "" is invalid: '
-                "fieldManager: Required value: is required for apply patch"
+            raise errors.invalid_causes(
+                "PatchOptions",
+                "meta.k8s.io",
+                "",
+                [("FieldValueRequired", "fieldManager", "Required value: is required for apply patch")],
             )
         if write.force and write.verb != "apply":
             raise errors.unprocessable("force: Forbidden: may not be specified for non-apply patch")
         if write.verb == "patch":
             if content_type not in patches.PATCH_TYPES:
                 raise errors.unsupported_media_type(content_type)
+            if content_type == patches.STRATEGIC and not write.rtype.builtin:
+                raise errors.unsupported_media_type("", strategic=False)
             write.patch_type = content_type
-        if write.verb == "delete" and query.get("propagationPolicy"):
-            write.options["propagationPolicy"] = query["propagationPolicy"]
+        if write.verb == "delete":
+            body = write.body if isinstance(write.body, Mapping) else {}
+            policy = query.get("propagationPolicy") or body.get("propagationPolicy")
+            if policy is not None and policy not in ("Foreground", "Background", "Orphan"):
+                supported = '"Foreground", "Background", "Orphan", "nil"'
+                why = f'Unsupported value: "{policy}": supported values: {supported}'
+                raise errors.invalid_causes(
+                    "DeleteOptions", "meta.k8s.io", "", [("FieldValueNotSupported", "propagationPolicy", why)]
+                )
+            if policy:
+                write.options["propagationPolicy"] = policy
 
     def _list(self, rtype: ResourceType, namespace: str | None, query: Mapping[str, str]) -> dict[str, Any]:
         try:
@@ -267,10 +292,15 @@ class RuntimeEmulator(UserActions, KubernetesEmulator):
             return discovery.resource_list(self.catalog, "", "v1")
         if parts == ["apis"]:
             return discovery.group_list(self.catalog)
-        if parts[0] == "apis" and len(parts) == 2:
-            return discovery.group(self.catalog, parts[1])
-        if parts[0] == "apis" and len(parts) == 3:
-            return discovery.resource_list(self.catalog, parts[1], parts[2])
+        if parts[0] == "apis" and len(parts) in (2, 3):
+            try:
+                if len(parts) == 2:
+                    return discovery.group(self.catalog, parts[1])
+                return discovery.resource_list(self.catalog, parts[1], parts[2])
+            except KubernetesError:
+                if parts[1] not in schemas.builtin_groups():
+                    raise errors.page_not_found() from None
+                raise
         raise errors.unknown_resource()
 
     @property

@@ -11,6 +11,7 @@ then turns into a 409 Conflict).
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -19,9 +20,21 @@ from typing import Any, NamedTuple
 
 from kmock import KubernetesError
 
-from runtime_emulator import build, catalog, defaults, errors, fields, patches, podsecurity, selectors
-from runtime_emulator.admission import Admission, AdmissionRequest, UserInfo
+from runtime_emulator import (
+    build,
+    catalog,
+    defaults,
+    errors,
+    fields,
+    patches,
+    podsecurity,
+    schemas,
+    selectors,
+    structural,
+)
+from runtime_emulator.admission import Admission, AdmissionRequest, UserInfo, configuration_problems
 from runtime_emulator.catalog import Catalog, ResourceType
+from runtime_emulator.schemas import ANY, Node
 from runtime_emulator.store import Store
 
 logger = logging.getLogger(__name__)
@@ -30,12 +43,10 @@ ADMIN = UserInfo("kubernetes-admin", ("system:masters", "system:authenticated"))
 NAMESPACE_CONTROLLER = UserInfo("system:serviceaccount:kube-system:namespace-controller")
 MAX_ATTEMPTS = 8
 PROTECTED_NAMESPACES = frozenset({"default", "kube-system", "kube-public"})
-OPTIONS_KINDS = {
-    "create": "CreateOptions",
-    "update": "UpdateOptions",
-    "patch": "PatchOptions",
-    "apply": "PatchOptions",
-}
+SYSTEM_PRIORITIES = {"system-node-critical": 2_000_001_000, "system-cluster-critical": 2_000_000_000}
+# The options an admission webhook is sent: a patch (an apply too) is an update, or a create when
+# it creates the object, as a real server converts them.
+OPTIONS_KINDS = {"CREATE": "CreateOptions", "UPDATE": "UpdateOptions"}
 
 
 @dataclass(slots=True)
@@ -52,6 +63,8 @@ class Write:
     field_manager: str = ""
     force: bool = False
     dry_run: bool = False
+    field_validation: str = ""  # Ignore | Warn (the default) | Strict
+    manager_named: bool = True  # False: the field manager is the client's user agent (not an option)
     user: UserInfo = ADMIN
     # Writes made by the emulator's own controllers do not trigger them again.
     from_controller: bool = False
@@ -70,6 +83,12 @@ class Outcome(NamedTuple):
 
 # Called after every committed write that changed something: (write, old, outcome).
 CommitObserver = Callable[[Write, dict[str, Any] | None, Outcome], Awaitable[None]]
+
+
+@functools.lru_cache(maxsize=4096)
+def _typed_errors(schema: Node, body: str) -> tuple[str, ...]:
+    # A fleet applies the same few documents to every runtime: each is checked once.
+    return tuple(structural.typed_errors(json.loads(body), schema))
 
 
 class Engine:
@@ -110,7 +129,9 @@ class Engine:
             raise errors.bad_request(str(exc)) from None
         for path, _, _ in field_reqs:
             if not rtype.selectable(path):
-                raise errors.bad_request(f"field label not supported: {path}")
+                raise errors.bad_request(
+                    f'"{path}" is not a known field selector: only "metadata.name", "metadata.namespace"'
+                )
         return [
             obj
             for obj in self.store.objects(rtype.storage, namespace)
@@ -144,7 +165,8 @@ class Engine:
             last = items[limit - 1]["metadata"]
             token = json.dumps([last.get("namespace") or "", last["name"]]).encode()
             metadata["continue"] = base64.urlsafe_b64encode(token).decode()
-            metadata["remainingItemCount"] = len(items) - limit
+            if not label_selector and not field_selector:  # (a real server does not count a selection)
+                metadata["remainingItemCount"] = len(items) - limit
             items = items[:limit]
         if rtype.builtin:
             rendered = [{k: v for k, v in o.items() if k not in ("apiVersion", "kind")} for o in items]
@@ -189,7 +211,7 @@ class Engine:
                 old,
                 w.user,
                 w.dry_run,
-                self._options(w),
+                self._options(w, operation),
             )
             admitted = await self.admission.review(request)
             if self.store.get(storage, w.namespace, name) is not old:
@@ -200,15 +222,24 @@ class Engine:
             return outcome
         raise errors.conflict(w.rtype.plural, w.rtype.group, w.name, "the object keeps changing; try again")
 
-    def _options(self, w: Write) -> dict[str, Any]:
+    def _options(self, w: Write, operation: str) -> dict[str, Any]:
         if w.verb == "delete":
             return {"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1", **w.options}
-        options: dict[str, Any] = {"kind": OPTIONS_KINDS[w.verb], "apiVersion": "meta.k8s.io/v1"}
-        if w.field_manager:
+        options: dict[str, Any] = {"kind": OPTIONS_KINDS[operation], "apiVersion": "meta.k8s.io/v1"}
+        if w.dry_run:
+            options["dryRun"] = ["All"]
+        if w.field_manager and w.manager_named:
             options["fieldManager"] = w.field_manager
-        if w.verb == "apply" and w.force:
-            options["force"] = True
+        if w.field_validation:
+            options["fieldValidation"] = w.field_validation
         return options
+
+    @staticmethod
+    def schema(rtype: ResourceType) -> Node | None:
+        """The schema a real server holds for ``rtype`` (``None``: it has none)."""
+        if rtype.builtin:
+            return schemas.builtin(rtype.group, rtype.version, rtype.kind)
+        return schemas.custom(rtype.schema)
 
     def _target(self, w: Write, name: str) -> fields.ApplyTarget:
         rtype = w.rtype
@@ -220,7 +251,48 @@ class Engine:
             rtype.plural,
             rtype.group,
             name,
+            self.schema(rtype),
         )
+
+    def _typed(self, w: Write, body: dict[str, Any]) -> None:
+        """A server-side apply's configuration must fit the kind's schema (else a 500, as real)."""
+        schema = self.schema(w.rtype)
+        problems = _typed_errors(schema, json.dumps(body)) if schema is not None else ()
+        if problems:
+            rtype, namespace = w.rtype, (body.get("metadata") or {}).get("namespace") or ""
+            raise errors.typed_patch_failed(
+                rtype.group, rtype.version, rtype.kind, namespace, w.name, list(problems)
+            )
+
+    def _structural(self, w: Write, old: dict[str, Any] | None, obj: dict[str, Any]) -> None:
+        """Prune (non-apply writes), default and validate ``obj`` by its kind's schema. As with a
+        real server's validation ratcheting, an update is not refused for what it left as it was."""
+        rtype, schema = w.rtype, self.schema(w.rtype)
+        if schema is None or w.from_controller:
+            return
+        if w.verb != "apply":
+            dropped = structural.prune(obj, schema)
+            if dropped and w.field_validation == "Strict":
+                unknown = ", ".join(f'unknown field "{field}"' for field in dropped)
+                raise errors.bad_request(
+                    f'{rtype.kind} in version "{rtype.version}" cannot be handled as a {rtype.kind}: '
+                    f"strict decoding error: {unknown}"
+                )
+            if rtype.builtin:
+                problems = structural.typed_errors(obj, schema)
+                if problems:
+                    raise errors.bad_request(
+                        f'{rtype.kind} in version "{rtype.version}" cannot be handled as a {rtype.kind}: '
+                        f"{problems[0].lstrip('.')}"
+                    )
+        if not rtype.builtin:
+            structural.default(obj, schema)
+            causes = structural.validate(obj, schema)
+            if causes and old is not None:
+                before = set(structural.validate(old, schema))
+                causes = [cause for cause in causes if cause not in before]
+            if causes:
+                raise errors.invalid_causes(rtype.kind, rtype.group, obj["metadata"].get("name", ""), causes)
 
     def _plan(self, w: Write, old: dict[str, Any] | None, body: Any) -> tuple[str, dict[str, Any] | None]:
         rtype = w.rtype
@@ -230,6 +302,7 @@ class Engine:
             if not isinstance(body, dict):
                 raise errors.bad_request("apply patch must be an object")
             meta = body.setdefault("metadata", {})
+            self._typed(w, body)
             if meta.get("name", w.name) != w.name:
                 raise errors.bad_request(
                     f"the name of the object ({meta['name']}) does not match the name on the URL ({w.name})"
@@ -258,6 +331,8 @@ class Engine:
             return "UPDATE", self._next(w, old, body, None)
         if w.patch_type == patches.JSON_PATCH:
             patched = patches.json_patch(old, body)
+        elif isinstance(body, dict) and w.patch_type == patches.STRATEGIC:
+            patched = patches.strategic_merge(patches.clone(old), body, self.schema(rtype) or ANY)
         elif isinstance(body, dict):
             patched = patches.merge_patch(patches.clone(old), body)
         else:
@@ -266,12 +341,19 @@ class Engine:
 
     def _check_preconditions(self, w: Write, old: dict[str, Any], body: Any) -> None:
         wanted = (body.get("preconditions") or {}) if isinstance(body, dict) else {}
-        for key in ("uid", "resourceVersion"):
-            if wanted.get(key) and wanted[key] != old["metadata"].get(key):
-                actual = old["metadata"].get(key)
-                why = f"Precondition failed: {key} in precondition: {wanted[key]}, "
-                why += f"{key} in object meta: {actual}"
-                raise errors.conflict(w.rtype.plural, w.rtype.group, w.name, why)
+        meta = old["metadata"]
+        for key, label, why in (
+            ("uid", "UID", "deleted and then recreated"),
+            ("resourceVersion", "ResourceVersion", "modified"),
+        ):
+            if wanted.get(key) and wanted[key] != meta.get(key):
+                raise errors.precondition_failed(
+                    w.rtype.kind,
+                    w.rtype.group,
+                    w.name,
+                    f"the {label} in the precondition ({wanted[key]}) does not match the {label} in "
+                    f"record ({meta.get(key)}). The object might have been {why}",
+                )
 
     def _new(self, w: Write, body: Any, managed: list[Any] | None) -> dict[str, Any]:
         rtype = w.rtype
@@ -287,7 +369,7 @@ class Engine:
                 )
                 raise errors.forbidden(rtype.plural, rtype.group, meta["name"], why)
             if rtype is catalog.PODS:
-                why = podsecurity.refusal(namespace, obj.get("spec") or {})
+                why = podsecurity.refusal(namespace, obj.get("spec") or {}) or self._prioritize(obj)
                 if why:
                     raise errors.forbidden(rtype.plural, rtype.group, meta["name"], why)
         if self.store.get(rtype.storage, w.namespace, meta["name"]) is not None:
@@ -300,6 +382,21 @@ class Engine:
         self._finish(w, None, obj, managed)
         return obj
 
+    def _prioritize(self, pod: dict[str, Any]) -> str:
+        """The Priority admission plugin: a pod's priorityClassName must name an existing class,
+        whose value becomes the pod's priority (``""``: admitted)."""
+        spec = pod.setdefault("spec", {})
+        name = spec.get("priorityClassName")
+        if not name:
+            return ""
+        found = self.store.get(catalog.PRIORITY_CLASSES.storage, None, name)
+        value = SYSTEM_PRIORITIES.get(name) if found is None else found.get("value", 0)
+        if value is None:
+            return f"no PriorityClass with name {name} was found"
+        spec["priority"] = value
+        spec.setdefault("preemptionPolicy", (found or {}).get("preemptionPolicy", "PreemptLowerPriority"))
+        return ""
+
     def _next(self, w: Write, old: dict[str, Any], body: Any, managed: list[Any] | None) -> dict[str, Any]:
         obj = build.updated(w.rtype, old, body, w.subresource)
         self._finish(w, old, obj, managed)
@@ -310,12 +407,17 @@ class Engine:
     ) -> None:
         """Defaults, kind-specific validation and managed fields, shared by creates and updates."""
         rtype, meta = w.rtype, obj["metadata"]
+        self._structural(w, old, obj)
         if w.subresource != "status":
             defaults.apply_defaults(rtype, obj, old, self._allocate_ip)
             if rtype is catalog.DEPLOYMENTS:
                 problem = build.deployment_problems(obj.get("spec") or {}, (old or {}).get("spec"))
                 if problem:
                     raise errors.invalid(rtype.kind, rtype.group, meta["name"], *problem)
+            if rtype in (catalog.VALIDATING_WEBHOOKS, catalog.MUTATING_WEBHOOKS):
+                problems = configuration_problems(obj)
+                if problems:
+                    raise errors.invalid_causes(rtype.kind, rtype.group, meta["name"], problems)
             if rtype is catalog.CRDS:
                 catalog.types_from_crd(obj)  # validates
                 obj["status"] = build.crd_status(obj, (old or {}).get("status"))
@@ -337,6 +439,7 @@ class Engine:
                     rtype.plural,
                     rtype.group,
                     meta["name"],
+                    self.schema(rtype),
                 ),
                 now=build.now(),
             )

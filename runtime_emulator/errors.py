@@ -35,7 +35,9 @@ def status_body(error: KubernetesError) -> dict[str, Any]:
         "reason": error.reason or "",
         "code": error.status,
     }
-    if error.details:
+    if not error.reason:
+        del body["reason"]  # (a real server leaves it out when it has none)
+    if error.details is not None:
         body["details"] = error.details
     return body
 
@@ -47,7 +49,16 @@ def not_found(plural: str, group: str, name: str) -> KubernetesError:
 
 
 def unknown_resource() -> KubernetesError:
-    return KubernetesError(404, "NotFound", "the server could not find the requested resource", None)
+    return KubernetesError(404, "NotFound", "the server could not find the requested resource", {})
+
+
+class PageNotFound(KubernetesError):
+    """A path no API group answers (an unknown group, or a CRD group's unknown version or resource):
+    a real server's plain-text ``404 page not found``, not a ``Status``."""
+
+
+def page_not_found() -> KubernetesError:
+    return PageNotFound(404, "NotFound", "404 page not found", None)
 
 
 def already_exists(plural: str, group: str, name: str) -> KubernetesError:
@@ -70,25 +81,55 @@ def conflict(plural: str, group: str, name: str, why: str = "") -> KubernetesErr
 
 
 def apply_conflict(plural: str, group: str, name: str, conflicts: dict[str, list[str]]) -> KubernetesError:
-    """409 for server-side apply, worded like the apiserver's field manager."""
+    """409 for server-side apply, worded like the apiserver's field manager: ``conflicts`` maps
+    each manager as conflicts name it (``"kubectl-edit" using v1`` for an Update manager) to the
+    paths it owns."""
     count = sum(len(fields) for fields in conflicts.values())
     causes = [
-        {"reason": "FieldManagerConflict", "message": f'conflict with "{manager}"', "field": field}
-        for manager, fields in conflicts.items()
+        {"reason": "FieldManagerConflict", "message": f"conflict with {manager}", "field": field}
+        for manager, fields in sorted(conflicts.items())
         for field in fields
     ]
-    if count == 1:
-        ((manager, fields),) = conflicts.items()
-        text = f'Apply failed with 1 conflict: conflict with "{manager}": {fields[0]}'
-    else:
-        lines = "".join(
-            f'\n- conflict with "{manager}": {field}'
-            for manager, fields in conflicts.items()
-            for field in fields
-        )
-        text = f"Apply failed with {count} conflicts:{lines}"
-    details = _details(name, plural, group) | {"causes": causes}
-    return KubernetesError(409, "Conflict", text, details)
+    parts = []
+    for manager, fields in sorted(conflicts.items()):
+        if len(fields) == 1:
+            parts.append(f"conflict with {manager}: {fields[0]}")
+        else:
+            parts.append(f"conflicts with {manager}:" + "".join(f"\n- {field}" for field in fields))
+    plural_s = "" if count == 1 else "s"
+    text = f"Apply failed with {count} conflict{plural_s}: " + "\n".join(parts)
+    return KubernetesError(409, "Conflict", text, {"causes": causes})
+
+
+def precondition_failed(kind: str, group: str, name: str, why: str) -> KubernetesError:
+    """409 for a delete whose preconditions the stored object does not meet (named by its kind)."""
+    details = {"name": name, "kind": kind} | ({"group": group} if group else {})
+    kind_name = f"{kind}.{group}" if group else kind
+    return KubernetesError(
+        409, "Conflict", f'Operation cannot be fulfilled on {kind_name} "{name}": {why}', details
+    )
+
+
+def typed_patch_failed(
+    group: str, version: str, kind: str, namespace: str, name: str, problems: list[str]
+) -> KubernetesError:
+    """500 for an applied configuration the kind's schema cannot type (as a real server answers)."""
+    where = f"({namespace}/{name}; {group}/{version}, Kind={kind})"
+    found = problems[0] if len(problems) == 1 else "errors:\n" + "\n".join(f"  {p}" for p in problems)
+    return KubernetesError(500, "", f"failed to create typed patch object {where}: {found}", None)
+
+
+def invalid_causes(kind: str, group: str, name: str, causes: list[tuple[str, str, str]]) -> KubernetesError:
+    """422 with one cause per refused field: ``(reason, field, message)``."""
+    kind_name = f"{kind}.{group}" if group else kind
+    shown = [f"{field}: {message}" for _, field, message in causes]
+    text = shown[0] if len(shown) == 1 else "[" + ", ".join(shown) + "]"
+    details: dict[str, Any] = {"name": name} if name else {}
+    details["kind"] = kind
+    if group:
+        details["group"] = group
+    details["causes"] = [{"reason": r, "message": m, "field": f} for r, f, m in causes]
+    return KubernetesError(422, "Invalid", f'{kind_name} "{name}" is invalid: {text}', details)
 
 
 def invalid(kind: str, group: str, name: str, field: str, why: str) -> KubernetesError:
@@ -125,15 +166,13 @@ def method_not_allowed(method: str) -> KubernetesError:
     )
 
 
-def unsupported_media_type(content_type: str) -> KubernetesError:
-    return KubernetesError(
-        415,
-        "UnsupportedMediaType",
-        "the body of the request was in an unknown format - accepted media types include: "
-        "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, "
-        f"application/strategic-merge-patch+json (got {content_type!r})",
-        None,
-    )
+def unsupported_media_type(content_type: str, *, strategic: bool = True) -> KubernetesError:
+    """415; a custom resource (``strategic=False``) takes no strategic merge patch."""
+    accepted = "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+    text = f"the body of the request was in an unknown format - accepted media types include: {accepted}"
+    if strategic:
+        text += f", application/strategic-merge-patch+json (got {content_type!r})"
+    return KubernetesError(415, "UnsupportedMediaType", text, None)
 
 
 def unauthorized() -> KubernetesError:

@@ -7,7 +7,10 @@ without copying it, and unchanged parts may be shared between objects.
 The event log that lets a watch resume from a list's resourceVersion is only kept once someone
 has listed or watched (most emulated runtimes are only ever written to), holds small tuples, and
 coalesces: a resumed watch gets the latest state of each changed object, in resourceVersion
-order, rather than every intermediate state.
+order, rather than every intermediate state (keeping those would hold every object's old versions
+alive in thousands of runtimes). It remembers each object's labels from before the range, so a
+resumed watch with a label selector still tells an object that left the selection (DELETED) from
+one that entered it (ADDED).
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 Key = tuple[str, str]  # (namespace or "", name)
-Event = tuple[str, dict[str, Any]]  # ("ADDED" | "MODIFIED" | "DELETED", object)
+# ("ADDED" | "MODIFIED" | "DELETED", object, the version it replaced: None unless MODIFIED)
+Event = tuple[str, dict[str, Any], dict[str, Any] | None]
 LOG_SIZE = 256
 
 
@@ -28,6 +32,16 @@ class _Logged(NamedTuple):
     key: Key
     type: str
     gone: dict[str, Any] | None  # the last state of a deleted object
+    labels_before: Any  # the labels of the version this change replaced (None: ADDED)
+
+
+class Change(NamedTuple):
+    """An object's changes since a resourceVersion, coalesced (see the module docstring)."""
+
+    existed: bool  # whether it existed at that resourceVersion
+    labels_before: Any  # its labels then
+    obj: dict[str, Any]  # its state now (its last state if it was deleted)
+    removed: bool
 
 
 class Store:
@@ -75,8 +89,10 @@ class Store:
         metadata = obj["metadata"]
         metadata["resourceVersion"] = str(self._rv)
         key = (metadata.get("namespace") or "", metadata["name"])
-        self._buckets.setdefault(storage, {})[key] = obj
-        self._publish(storage, key, event, obj)
+        bucket = self._buckets.setdefault(storage, {})
+        old = bucket.get(key)
+        bucket[key] = obj
+        self._publish(storage, key, event, obj, old)
         return obj
 
     def remove(self, storage: str, obj: dict[str, Any]) -> dict[str, Any]:
@@ -89,17 +105,22 @@ class Store:
         if not bucket:
             self._buckets.pop(storage, None)
         gone = {**obj, "metadata": {**metadata, "resourceVersion": str(self._rv)}}
-        self._publish(storage, key, "DELETED", gone)
+        self._publish(storage, key, "DELETED", gone, obj)
         return gone
 
-    def _publish(self, storage: str, key: Key, event: str, obj: dict[str, Any]) -> None:
+    def _publish(
+        self, storage: str, key: Key, event: str, obj: dict[str, Any], old: dict[str, Any] | None
+    ) -> None:
         if self._log is not None:
             if len(self._log) == self._log.maxlen:
                 self._floor = self._log[0].rv
-            self._log.append(_Logged(self._rv, storage, key, event, obj if event == "DELETED" else None))
+            labels = None if old is None else old["metadata"].get("labels") or {}
+            gone = obj if event == "DELETED" else None
+            self._log.append(_Logged(self._rv, storage, key, event, gone, labels))
         if self._watchers is not None:
+            change = (event, obj, old if event == "MODIFIED" else None)
             for queue in self._watchers.get(storage, ()):
-                queue.put_nowait((event, obj))
+                queue.put_nowait(change)
 
     def start_log(self) -> None:
         """Begin keeping the watch-resume log (called by the first list or watch)."""
@@ -107,28 +128,31 @@ class Store:
             self._log = deque(maxlen=LOG_SIZE)
             self._floor = self._rv
 
-    def changes_since(self, storage: str, rv: int) -> list[Event] | None:
-        """Coalesced events after ``rv``; ``None`` when they are no longer known (410 Expired)."""
+    def changes_since(self, storage: str, rv: int) -> list[Change] | None:
+        """Coalesced changes after ``rv``, in the order of their last change; ``None`` when they
+        are no longer known (410 Expired)."""
         if rv >= self._rv:
             return []
         if self._log is None or rv < self._floor:
             return None
-        first: dict[Key, str] = {}
+        first: dict[Key, _Logged] = {}
         last: dict[Key, _Logged] = {}
         for entry in self._log:
             if entry.rv > rv and entry.storage == storage:
-                first.setdefault(entry.key, entry.type)
+                first.setdefault(entry.key, entry)
                 last[entry.key] = entry
-        events: list[Event] = []
+        changes: list[Change] = []
         for key, entry in sorted(last.items(), key=lambda item: item[1].rv):
+            start = first[key]
+            existed = start.type != "ADDED"
             if entry.gone is not None:
-                if first[key] != "ADDED":
-                    events.append(("DELETED", entry.gone))
-            else:
-                current = self.get(storage, *key)
-                if current is not None:
-                    events.append(("ADDED" if first[key] == "ADDED" else "MODIFIED", current))
-        return events
+                if existed:
+                    changes.append(Change(True, start.labels_before, entry.gone, True))
+                continue
+            current = self.get(storage, *key)
+            if current is not None:
+                changes.append(Change(existed, start.labels_before, current, False))
+        return changes
 
     def subscribe(self, storage: str) -> asyncio.Queue[Event]:
         """A queue receiving every later event of one storage (for a watch)."""

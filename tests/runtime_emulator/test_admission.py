@@ -93,7 +93,7 @@ def test_given_a_webhook_when_updating_status_and_deleting_then_old_objects_and_
         "status",
         {"state": "Ready"},
     )
-    assert status["options"]["kind"] == "PatchOptions"
+    assert status["options"]["kind"] == "UpdateOptions"  # (a patch is an update to webhooks)
     assert (delete["operation"], delete["object"], delete["oldObject"]["metadata"]["name"]) == (
         "DELETE",
         None,

@@ -149,16 +149,7 @@ def test_given_a_crd_when_it_is_deleted_then_its_resources_and_objects_disappear
     )
 
 
-@pytest.mark.parametrize(
-    "path",
-    [
-        "/apis/nope.io/v1/things",
-        "/apis/nope.io",
-        "/api/v1/widgets",
-        "/api/v1/secrets/not-namespaced",
-        "/api/v2",
-    ],
-)
+@pytest.mark.parametrize("path", ["/api/v1/widgets", "/api/v1/secrets/not-namespaced", "/api/v2"])
 def test_given_an_unknown_resource_when_requested_then_a_status_404_comes_back(
     api: client.ApiClient, path: str
 ):
@@ -167,3 +158,14 @@ def test_given_an_unknown_resource_when_requested_then_a_status_404_comes_back(
 
     assert raised.value.status == 404
     assert '"kind": "Status"' in raised.value.body and '"reason": "NotFound"' in raised.value.body
+
+
+@pytest.mark.parametrize("path", ["/apis/nope.io/v1/things", "/apis/nope.io"])
+def test_given_a_group_no_one_serves_when_requested_then_a_plain_404_comes_back(
+    api: client.ApiClient, path: str
+):
+    with pytest.raises(client.ApiException) as raised:
+        _get(api, path)
+
+    assert raised.value.status == 404
+    assert raised.value.body == "404 page not found\n"

@@ -179,7 +179,7 @@ def test_given_objects_when_listing_then_kind_resource_version_and_field_selecto
     assert listed.kind == "ConfigMapList" and [i.metadata.name for i in listed.items] == ["y"]
     assert int(listed.metadata.resource_version) >= 4
     assert [i.metadata.name for i in everywhere.items] == ["x", "y"]
-    assert raised.value.status == 400 and "field label not supported" in _status(raised)["message"]
+    assert raised.value.status == 400 and "is not a known field selector" in _status(raised)["message"]
 
 
 def test_given_many_objects_when_listing_with_a_limit_then_continue_tokens_page_through_them(

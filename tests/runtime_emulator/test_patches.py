@@ -76,17 +76,17 @@ def test_given_a_user_edit_when_applying_without_force_then_409_conflict_names_t
 
     status = json.loads(raised.value.body)
     assert raised.value.status == 409 and status["reason"] == "Conflict"
-    assert status["message"] == 'Apply failed with 1 conflict: conflict with "kubectl-edit": .data.a'
+    assert status["message"] == 'Apply failed with 1 conflict: conflict with "kubectl-edit" using v1: .data.a'
     assert forced.data == {"a": "1"}
     assert {m.manager for m in forced.metadata.managed_fields} == {"kcp"}
 
 
-def test_given_an_applied_list_when_another_writer_changed_it_then_force_apply_replaces_it_whole(
+def test_given_a_keyed_list_when_another_writer_added_an_item_then_force_apply_keeps_it(
     apps: client.AppsV1Api, runtime: RuntimeEmulator
 ):
     manifest = deployment("web")
     apps.patch_namespaced_deployment("web", "default", manifest, field_manager="kcp", _content_type=APPLY)
-    extra = [{"name": "main", "image": "nginx:1.27"}, {"name": "sidecar", "image": "envoy:1"}]
+    extra = [{"name": "main", "image": "nginx:1.26"}, {"name": "sidecar", "image": "envoy:1"}]
     runtime.patch_as_user(
         "deployments", "web", {"spec": {"template": {"spec": {"containers": extra}}}}, "default"
     )
@@ -95,7 +95,10 @@ def test_given_an_applied_list_when_another_writer_changed_it_then_force_apply_r
         "web", "default", manifest, field_manager="kcp", force=True, _content_type=APPLY
     )
 
-    assert [c.name for c in applied.spec.template.spec.containers] == ["main"]
+    # Containers are keyed by name (as on a real server): the sidecar is the other writer's, the
+    # image of "main" the apply's again.
+    containers = applied.spec.template.spec.containers
+    assert [(c.name, c.image) for c in containers] == [("main", "nginx:1.27"), ("sidecar", "envoy:1")]
     assert applied.metadata.generation == 3
 
 
@@ -197,7 +200,7 @@ def test_given_a_merge_patch_with_null_then_the_key_is_removed(
     assert patched["spec"]["sync"] == {"enabled": True}
 
 
-def test_given_a_dict_to_a_typed_patch_then_it_is_a_strategic_merge_treated_as_merge(apps: client.AppsV1Api):
+def test_given_a_dict_to_a_typed_patch_then_it_is_a_strategic_merge_by_container_name(apps: client.AppsV1Api):
     apps.create_namespaced_deployment("default", deployment("web"))
 
     patched = apps.patch_namespaced_deployment(
@@ -210,7 +213,8 @@ def test_given_a_dict_to_a_typed_patch_then_it_is_a_strategic_merge_treated_as_m
     )
 
     assert patched.metadata.labels == {"a": "b"}
-    assert [c.name for c in patched.spec.template.spec.containers] == ["x"]
+    # A new container goes in front of the existing ones (which a merge patch would replace).
+    assert [c.name for c in patched.spec.template.spec.containers] == ["x", "main"]
 
 
 def test_given_a_list_body_then_it_is_a_json_patch_and_failed_tests_are_422(core: client.CoreV1Api):

@@ -9,6 +9,7 @@ from django.db import OperationalError, connection
 
 from fleet.reconciler.run import kyma_reconcile_run
 from pki import services as pki
+from runtime_emulator import crd_manifest
 from tests.fleet.reconciler.helpers import conditions, reconcile
 from tests.support.runtimes import connected_kyma, keda_module, klm_watcher
 
@@ -56,6 +57,9 @@ def test_given_an_invalid_spec_in_the_runtime_when_reconciled_then_refused_and_t
     runtime = runtimes()
     kyma = connected_kyma(runtime)
     reconcile(kyma)
+    # Our CRD refuses channel "none" (as a real API server enforces it); only a Kyma CRD that is
+    # not ours (reinstalled by someone else meanwhile) lets a user store it.
+    runtime.register_crd(crd_manifest("operator.kyma-project.io", "Kyma", versions=("v1beta2",)))
     runtime.edit_as_user("Kyma", "default", lambda obj: obj["spec"].update(channel="none"), "kyma-system")
     record = reconcile(kyma)
     assert kyma.channel == "regular" and kyma.generation == 1
