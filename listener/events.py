@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from kernel.documents.nesting import DocumentTooComplex, json_loads
+from kernel.documents.nesting import DocumentInvalid, json_loads
 
 CONTRACTS = ("v1", "v2")
 MAX_BODY = 16 * 1024
@@ -112,7 +112,7 @@ def parse_body(body: bytes) -> dict[str, Any]:
         data = json_loads(body, source="body")
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise EventInvalid(f"body is not JSON: {exc}") from None
-    except DocumentTooComplex as exc:
+    except DocumentInvalid as exc:
         raise EventInvalid(str(exc)) from None
     if not isinstance(data, dict):
         raise EventInvalid("body must be a JSON object")
