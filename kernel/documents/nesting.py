@@ -100,6 +100,14 @@ def text_problem(text: str) -> str | None:
     return "contains a NUL character (\\u0000), which cannot be stored" if "\x00" in text else None
 
 
+def storable(text: str) -> str:
+    """``text`` with what no database stores (NUL, lone surrogates) replaced by U+FFFD, as Go's
+    ``encoding/json`` decodes an invalid surrogate: for records of what a client sent."""
+    if text_problem(text) is None:
+        return text
+    return "".join("\ufffd" if char == "\x00" or "\ud800" <= char <= "\udfff" else char for char in text)
+
+
 def _path(link: Any) -> str:
     parts: list[Any] = []
     while link is not None:
