@@ -100,6 +100,8 @@ if all(importlib.util.find_spec(name) for name in ("demo", "runtime_emulator", "
     INSTALLED_APPS.insert(INSTALLED_APPS.index("controlplane"), "demo")
 
 MIDDLEWARE = [
+    # First: a body over DATA_UPLOAD_MAX_MEMORY_SIZE is refused (413, JSON) before anything reads it.
+    "kernel.middleware.RequestBodyLimit",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -109,6 +111,10 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
+
+# The largest request body the web role takes: what a document may be (kernel.documents.yamlio's
+# MAX_INPUT_BYTES), so every document that parses can be sent; larger ones are a 413.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 4 * 1024 * 1024
 
 ROOT_URLCONF = "controlplane.urls"
 WSGI_APPLICATION = "controlplane.wsgi.application"
