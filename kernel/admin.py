@@ -66,12 +66,21 @@ def secret_state(sealed: Any) -> str:
     return "set" if sealed else "not set"
 
 
+class SecretTextarea(forms.Textarea):
+    """A textarea that is always rendered empty: what was pasted into it (a kubeconfig's token and
+    key) never comes back in a page, not even the form shown again after a validation error."""
+
+    def get_context(self, name: str, value: Any, attrs: dict | None) -> dict[str, Any]:
+        return super().get_context(name, None, attrs)
+
+
 class WriteOnlySecretField(forms.CharField):
-    """A secret input that never shows the stored value (it only says whether one is set)."""
+    """A secret input that never shows a value: neither the stored one (it only says whether one
+    is set) nor the one just submitted, when the form comes back with an error."""
 
     def __init__(self, *, textarea: bool = True, **kwargs: Any) -> None:
         widget = (
-            forms.Textarea(attrs={"rows": 6, "autocomplete": "off", "spellcheck": "false"})
+            SecretTextarea(attrs={"rows": 6, "autocomplete": "off", "spellcheck": "false"})
             if textarea
             else (forms.PasswordInput(render_value=False))
         )
