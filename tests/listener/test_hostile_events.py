@@ -247,6 +247,22 @@ class TestRealListener:
         assert status == 400, answer
         assert isinstance(answer, dict) and answer["detail"]
 
+    def test_given_a_request_line_over_gunicorns_limit_then_414_json(self, setup):
+        _, _, client = setup
+
+        status, answer = client.post("/v2/" + "a" * 5000 + "/event", event_body())
+
+        assert status == 414
+        assert "Request Line is too large" in answer["detail"]
+
+    def test_given_a_body_over_16_kib_then_the_client_reads_a_413_json(self, setup):
+        _, _, client = setup
+
+        status, answer = client.post(PATH, raw=b"{" + b" " * (200 * 1024) + b"}")
+
+        assert status == 413
+        assert "greater than 16384 bytes" in answer["detail"]
+
     @pytest.mark.parametrize("who", ["ca-itself", "ca-true-leaf"])
     def test_given_a_ca_certificate_as_the_client_then_401(self, setup, who):
         mode, listener, _ = setup
