@@ -108,6 +108,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Writes made while serving a request are recorded as its actor's (kernel.audit).
+    "kernel.audit.AuditMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -361,7 +363,14 @@ if not LISTENER_HOSTNAMES:
 
 # --- Periodic work (installed into django-celery-beat's tables when beat starts) ---------------
 
+# --- Audit trail (kernel.audit): who did what, through which door -------------------------------
+
+AUDIT_KEPT_DAYS: float = env.float("AUDIT_KEPT_DAYS", default=90)
+if AUDIT_KEPT_DAYS <= 0:
+    raise ImproperlyConfigured("AUDIT_KEPT_DAYS must be a positive number of days")
+
 CELERY_BEAT_SCHEDULE = {
+    "audit-prune": {"task": "kernel.audit_prune", "schedule": 3600.0, "options": {"expires": 3600.0}},
     "housekeeping": {"task": "controlplane.housekeeping", "schedule": 300.0, "options": {"expires": 300.0}},
     "listener-housekeeping": {
         "task": "listener.housekeeping",
