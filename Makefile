@@ -8,7 +8,7 @@ PYTEST_ARGS ?= -n 2
 CHROMIUM ?= /usr/bin/chromium
 CHROMEDRIVER ?= /usr/bin/chromedriver
 
-.PHONY: run test lint pytest browser-deps services bench clean
+.PHONY: run test lint pytest fuzz browser-deps services bench clean
 
 $(INSTALLED): requirements.txt requirements-dev.txt
 	@test -x "$(BIN)/python" || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,11 @@ pytest: $(INSTALLED) browser-deps
 		echo "*** Browser tests NOT run: $(CHROMIUM) or $(CHROMEDRIVER) is missing (see above) ***"; \
 		$(BIN)/python -m pytest $(PYTEST_ARGS) -m "not browser"; \
 	fi
+
+## fuzz: the fuzz suite's long run (`make test` runs it short): every door, FUZZ_EXAMPLES cases per
+##      test (default 300), a new seed each run; ends with the cases and failures per door
+fuzz: $(INSTALLED)
+	FUZZ_PROFILE=long $(BIN)/python -m pytest tests/fuzz -p no:xdist -p no:randomly -q $(FUZZ_ARGS)
 
 ## browser-deps: Debian's chromium and chromium-driver for the browser tests, when missing
 browser-deps:

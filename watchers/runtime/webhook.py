@@ -146,12 +146,14 @@ def _drain(rfile: Any, length: int) -> None:
 
 
 def _drain_chunked(rfile: Any, size: int) -> None:
-    """Drop the rest of a chunked body whose current chunk has ``size`` bytes."""
+    """Drop the rest of a chunked body whose current chunk has ``size`` bytes (-1: before the
+    first chunk's size line)."""
     dropped = 0
     while size and dropped < DRAIN_LIMIT:
-        _drain(rfile, size)
-        dropped += size
-        rfile.readline(3)
+        if size > 0:
+            _drain(rfile, size)
+            dropped += size
+            rfile.readline(3)
         try:
             size = int(rfile.readline(1026).split(b";", 1)[0].strip(), 16)
         except ValueError:
@@ -219,6 +221,7 @@ class AdmissionHandler(BaseHTTPRequestHandler):
         return self.server.service.review(component, self._read_body())
 
     def _read_body(self) -> bytes:
+        self._body_read = True
         limit = self.server.max_body
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
             return _read_chunked(self.rfile, limit)
@@ -239,7 +242,18 @@ class AdmissionHandler(BaseHTTPRequestHandler):
             raise BadRequest(400, "request body ended early")
         return body
 
+    def _discard_body(self) -> None:
+        """Read and drop a body nobody will look at (bounded), so the answer reaches the client."""
+        with contextlib.suppress(OSError, ValueError, ssl.SSLError):
+            if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+                _drain_chunked(self.rfile, -1)
+                return
+            raw = self.headers.get("Content-Length") or "0"
+            if raw.isdigit():
+                _drain(self.rfile, int(raw))
+
     def _serve(self, produce: Any) -> None:
+        self._body_read = False
         metrics = self.server.metrics
         metrics.admission_requests.inc()
         self.server.request_started()
@@ -250,6 +264,8 @@ class AdmissionHandler(BaseHTTPRequestHandler):
                 answer = produce()
             except BadRequest as exc:
                 self.close_connection = True  # the body may be unread: do not reuse the stream
+                if not getattr(self, "_body_read", False):
+                    self._discard_body()  # refused before reading it (path, method): let the client read on
                 answer = self.server.service.reject(exc.status, exc.reason, path=self.path)
             except Exception as exc:  # a bug must not become a 500 or kill the connection thread
                 logger.exception("admission handling failed")
