@@ -181,10 +181,11 @@ def instance_values(obj: models.Model) -> dict[str, Any]:
 def diff(before: Mapping[str, Any] | None, after: Mapping[str, Any]) -> list[dict[str, Any]]:
     """``[{field, before, after}]`` for every field whose shown value differs."""
     before = before or {}
+    nothing = (None, "", [], {}, REDACTED_UNSET)
     changes = []
     for name, value in after.items():
         old = before.get(name)
-        if old != value and not (old in (None, "", [], {}) and value in (None, "", [], {})):
+        if old != value and not (old in nothing and value in nothing):
             changes.append({"field": name, "before": old, "after": value})
     return changes
 

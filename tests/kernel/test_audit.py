@@ -76,6 +76,8 @@ class TestWritesThroughTheApi:
         before = timezone.now()
         assert token_client.post("/api/v1/kymas/", kyma_doc("c-1", "fast"), format="json").status_code == 200
 
+        created = AuditEntry.objects.get(kind="Kyma", action="create")
+        assert "kubeconfig" not in {c["field"] for c in created.changes}  # nothing set, nothing said
         entry = AuditEntry.objects.get(kind="Kyma", action="update")
         assert (entry.actor, entry.credential, entry.via, entry.source) == (
             "root",
@@ -187,6 +189,34 @@ class TestRefusedWrites:
 
         assert response.status_code == 403
         assert AuditEntry.objects.get().outcome == "refused"
+
+    def test_given_an_admin_form_refused_then_recorded_with_its_errors(self, admin_client):
+        kyma = KymaFactory(name="c-1")
+        form = {
+            "namespace": "kcp-system",
+            "name": "c-1",
+            "runtime_id": kyma.runtime_id,
+            "skr_domain": "",
+            "channel": "NOT A CHANNEL",
+            "modules": "[]",
+            "labels": "{}",
+            "annotations": "{}",
+            "opened_version": kyma.resource_version,
+        }
+
+        assert (
+            admin_client.post(reverse("admin:controlplane_kyma_edit", args=[kyma.pk]), form).status_code
+            == 200
+        )
+
+        entry = AuditEntry.objects.get()
+        assert (entry.outcome, entry.via, entry.actor, entry.uid) == (
+            "refused",
+            "admin",
+            "root",
+            str(kyma.uid),
+        )
+        assert "channel" in entry.reason
 
     def test_given_a_failing_multi_document_apply_then_one_refused_entry_per_document(self, token_client):
         docs = [kyma_doc("good"), kyma_doc("bad", "X")]
