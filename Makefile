@@ -9,7 +9,7 @@ PYTEST_ARGS ?= -n 2 --dist loadgroup
 CHROMIUM ?= /usr/bin/chromium
 CHROMEDRIVER ?= /usr/bin/chromedriver
 
-.PHONY: run test lint pytest browser-deps kube kube-deps services bench clean
+.PHONY: run test lint pytest fuzz browser-deps kube kube-deps services bench clean
 .PHONY: interop interop-deps
 
 $(INSTALLED): requirements.txt requirements-dev.txt
@@ -70,6 +70,11 @@ interop:
 interop-deps:
 	@if command -v go >/dev/null; then $(INTEROP_BUILD) >/dev/null; \
 	else echo "Go is missing: the gobuild tests will not run."; fi
+
+## fuzz: the fuzz suite's long run (`make test` runs it short): every door, FUZZ_EXAMPLES cases per
+##      test (default 300), a new seed each run; ends with the cases and failures per door
+fuzz: $(INSTALLED)
+	FUZZ_PROFILE=long $(BIN)/python -m pytest tests/fuzz -p no:xdist -p no:randomly -q $(FUZZ_ARGS)
 
 ## browser-deps: Debian's chromium and chromium-driver for the browser tests, when missing
 browser-deps:

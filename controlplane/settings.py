@@ -100,15 +100,23 @@ if all(importlib.util.find_spec(name) for name in ("demo", "runtime_emulator", "
     INSTALLED_APPS.insert(INSTALLED_APPS.index("controlplane"), "demo")
 
 MIDDLEWARE = [
+    # First: a body over DATA_UPLOAD_MAX_MEMORY_SIZE is refused (413, JSON) before anything reads it.
+    "kernel.middleware.RequestBodyLimit",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Writes made while serving a request are recorded as its actor's (kernel.audit).
+    "kernel.audit.AuditMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
+
+# The largest request body the web role takes: what a document may be (kernel.documents.yamlio's
+# MAX_INPUT_BYTES), so every document that parses can be sent; larger ones are a 413.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 4 * 1024 * 1024
 
 ROOT_URLCONF = "controlplane.urls"
 WSGI_APPLICATION = "controlplane.wsgi.application"
@@ -355,7 +363,14 @@ if not LISTENER_HOSTNAMES:
 
 # --- Periodic work (installed into django-celery-beat's tables when beat starts) ---------------
 
+# --- Audit trail (kernel.audit): who did what, through which door -------------------------------
+
+AUDIT_KEPT_DAYS: float = env.float("AUDIT_KEPT_DAYS", default=90)
+if AUDIT_KEPT_DAYS <= 0:
+    raise ImproperlyConfigured("AUDIT_KEPT_DAYS must be a positive number of days")
+
 CELERY_BEAT_SCHEDULE = {
+    "audit-prune": {"task": "kernel.audit_prune", "schedule": 3600.0, "options": {"expires": 3600.0}},
     "housekeeping": {"task": "controlplane.housekeeping", "schedule": 300.0, "options": {"expires": 300.0}},
     "listener-housekeeping": {
         "task": "listener.housekeeping",

@@ -6,21 +6,24 @@ import json
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
-from django.contrib.admin.utils import flatten_fieldsets
+from django.contrib.admin.utils import flatten_fieldsets, unquote
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.template.response import TemplateResponse
 from django.urls import reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from rest_framework.authtoken import admin as authtoken_admin
 
-from kernel import timefmt
+from kernel import audit, timefmt
 from kernel.api_tokens import api_token_issue, key_revoke
+from kernel.errors import ValidationFailed
 from kernel.fields import BoundedJSONField
 from kernel.filtersets import FilterSetAdmin
-from kernel.models import ApiToken
+from kernel.models import ApiToken, AuditEntry
 
 STATE_COLOURS = {
     "Ready": "#1a7f37",
@@ -66,12 +69,21 @@ def secret_state(sealed: Any) -> str:
     return "set" if sealed else "not set"
 
 
+class SecretTextarea(forms.Textarea):
+    """A textarea that is always rendered empty: what was pasted into it (a kubeconfig's token and
+    key) never comes back in a page, not even the form shown again after a validation error."""
+
+    def get_context(self, name: str, value: Any, attrs: dict | None) -> dict[str, Any]:
+        return super().get_context(name, None, attrs)
+
+
 class WriteOnlySecretField(forms.CharField):
-    """A secret input that never shows the stored value (it only says whether one is set)."""
+    """A secret input that never shows a value: neither the stored one (it only says whether one
+    is set) nor the one just submitted, when the form comes back with an error."""
 
     def __init__(self, *, textarea: bool = True, **kwargs: Any) -> None:
         widget = (
-            forms.Textarea(attrs={"rows": 6, "autocomplete": "off", "spellcheck": "false"})
+            SecretTextarea(attrs={"rows": 6, "autocomplete": "off", "spellcheck": "false"})
             if textarea
             else (forms.PasswordInput(render_value=False))
         )
@@ -124,7 +136,43 @@ class ResourceVersionForm(forms.ModelForm):
         )
 
 
-class ResourceAdmin(FilterSetAdmin):
+class AuditHistoryMixin:
+    """An object's *History* page is its audit trail: every write through every door (admin,
+    API, commands, module credentials), newest first, with who, from where and what changed."""
+
+    audit_history_template = "admin/audit_history.html"
+    AUDIT_SHOWN = 200
+
+    def audit_entries(self, obj: Any) -> QuerySet:
+        uid = str(getattr(obj, "uid", "") or "")
+        kind = type(obj).__name__
+        if uid:
+            return AuditEntry.objects.filter(uid=uid)
+        owner = getattr(obj, "user", None) or getattr(obj, "module", None)
+        owner_name = owner.get_username() if hasattr(owner, "get_username") else getattr(owner, "name", "")
+        return AuditEntry.objects.filter(kind=kind, namespace=owner_name, name=obj.name)
+
+    def history_view(self, request: HttpRequest, object_id: str, extra_context: dict | None = None) -> Any:
+        obj = self.get_object(request, unquote(object_id))  # type: ignore[attr-defined]
+        if obj is None or not self.has_view_or_change_permission(request, obj):  # type: ignore[attr-defined]
+            return super().history_view(request, object_id, extra_context)  # type: ignore[misc]
+        opts = self.model._meta  # type: ignore[attr-defined]
+        context = {
+            **self.admin_site.each_context(request),  # type: ignore[attr-defined]
+            "title": f"History: {obj}",
+            "subtitle": None,
+            "opts": opts,
+            "object": obj,
+            "entries": list(self.audit_entries(obj)[: self.AUDIT_SHOWN]),
+            "trail_url": reverse("admin:kernel_auditentry_changelist"),
+            "kept_days": f"{settings.AUDIT_KEPT_DAYS:g}",
+            **(extra_context or {}),
+        }
+        request.current_app = self.admin_site.name  # type: ignore[attr-defined]
+        return TemplateResponse(request, self.audit_history_template, context)
+
+
+class ResourceAdmin(AuditHistoryMixin, FilterSetAdmin):
     """Base admin: system fields read-only, application errors shown as messages, and deletes
     that go through the two-step service instead of removing rows under a running cleanup."""
 
@@ -153,6 +201,28 @@ class ResourceAdmin(FilterSetAdmin):
 
     def delete_service(self, obj: Any) -> bool:
         raise NotImplementedError
+
+    def render_change_form(
+        self, request: HttpRequest, context: dict, add: bool = False, change: bool = False, **kwargs: Any
+    ) -> Any:
+        """A form posted and refused (its errors shown again) is a refused write: recorded."""
+        adminform = context.get("adminform")
+        form = getattr(adminform, "form", None)
+        if request.method == "POST" and form is not None and form.errors:
+            original = context.get("original")
+            reasons = [
+                f"{field}: {'; '.join(errors)}" if field != "__all__" else "; ".join(errors)
+                for field, errors in form.errors.items()
+            ]
+            audit.record_refusal(
+                ValidationFailed("; ".join(reasons)),
+                action="create" if add else "update",
+                kind=self.model.__name__,
+                namespace=str(form.data.get("namespace", getattr(original, "namespace", "")))[:63],
+                name=str(form.data.get("name", getattr(original, "name", "")))[:253],
+                uid=str(getattr(original, "uid", "") or ""),
+            )
+        return super().render_change_form(request, context, add=add, change=change, **kwargs)
 
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
         if not self.delete_service(obj):
@@ -203,8 +273,63 @@ if admin.site.is_registered(authtoken_admin.TokenProxy):
     admin.site.unregister(authtoken_admin.TokenProxy)
 
 
+@admin.register(AuditEntry)
+class AuditEntryAdmin(RecordAdmin):
+    """The audit trail: every write and refused write, by whom, through which door, from where."""
+
+    list_display = (
+        "at_column",
+        "actor",
+        "credential",
+        "via",
+        "source",
+        "action",
+        "object_column",
+        "outcome_column",
+    )
+    list_filter = ("via", "action", "outcome", "kind")
+    search_fields = ("actor", "credential", "name", "namespace", "uid", "source")
+    readonly_fields = (
+        "at",
+        "actor",
+        "credential",
+        "via",
+        "source",
+        "forwarded_for",
+        "request",
+        "action",
+        "outcome",
+        "reason",
+        "kind",
+        "namespace",
+        "name",
+        "uid",
+        "kyma_id",
+        "change_lines_column",
+    )
+    exclude = ("changes",)
+    date_hierarchy = None
+
+    @admin.display(description="When", ordering="at")
+    def at_column(self, entry: AuditEntry) -> str:
+        return age(entry.at)
+
+    @admin.display(description="Object")
+    def object_column(self, entry: AuditEntry) -> str:
+        return f"{entry.kind} {entry.object_key}".strip()
+
+    @admin.display(description="Outcome", ordering="outcome")
+    def outcome_column(self, entry: AuditEntry) -> str:
+        refused = entry.outcome == AuditEntry.Outcome.REFUSED
+        return state_badge("Error" if refused else "Ready", entry.get_outcome_display())
+
+    @admin.display(description="Changes")
+    def change_lines_column(self, entry: AuditEntry) -> str:
+        return format_html_join("", "<div>{}</div>", ((line,) for line in entry.change_lines())) or "—"
+
+
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(AuditHistoryMixin, admin.ModelAdmin):
     """Tokens by name, owner and prefix; the key is shown once, on the page after adding."""
 
     list_display = ("name", "user", "key_prefix", "key_state", "created_at", "expires_at", "last_used_at")

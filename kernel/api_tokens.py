@@ -19,6 +19,7 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from kernel import audit
 from kernel.errors import ValidationFailed
 from kernel.models import ApiToken, IssuedKey
 from kernel.timefmt import rfc3339
@@ -70,6 +71,7 @@ def key_issue(obj: IssuedKey, *, marker: str = KEY_PREFIX) -> str:
     except DjangoValidationError as exc:
         raise ValidationFailed.from_django(exc) from exc
     obj.save()
+    _audit(obj, "create", _key_facts(obj))
     return key
 
 
@@ -98,7 +100,30 @@ def key_revoke(obj: IssuedKey) -> bool:
         return False
     obj.revoked_at = timezone.now()
     type(obj).objects.filter(pk=obj.pk).update(revoked_at=obj.revoked_at)
+    _audit(obj, "revoke", [{"field": "revoked_at", "before": None, "after": rfc3339(obj.revoked_at)}])
     return True
+
+
+def _owner(obj: IssuedKey) -> str:
+    owner = getattr(obj, "user", None) or getattr(obj, "module", None)
+    return owner.get_username() if hasattr(owner, "get_username") else str(getattr(owner, "name", ""))
+
+
+def _key_facts(obj: IssuedKey) -> list[dict[str, object]]:
+    """What an audit entry says of a new key: never the key, only what the admin shows of it."""
+    facts = {
+        "owner": _owner(obj),
+        "prefix": f"{obj.prefix}…",
+        "expires_at": rfc3339(obj.expires_at) if obj.expires_at else None,
+    }
+    return [{"field": field, "before": None, "after": value} for field, value in facts.items() if value]
+
+
+def _audit(obj: IssuedKey, action: str, changes: list[dict[str, object]]) -> None:
+    """A key created or revoked: recorded under its owner (the user, or the module) as namespace."""
+    audit.record(
+        action=action, kind=type(obj).__name__, namespace=_owner(obj), name=obj.name, changes=changes
+    )
 
 
 def api_token_issue(token: ApiToken) -> str:

@@ -81,6 +81,21 @@ class QueueUnavailable(ApplicationError):
     code = "queue_unavailable"
 
 
+def _text(value: object) -> str:
+    """``value`` as text any answer can carry: a lone surrogate (not Unicode, so not encodable as
+    UTF-8) that a message quotes from the input is written as its escape."""
+    text = str(value)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
 def error_body(detail: str, errors: Iterable[tuple[str, str]] = ()) -> dict[str, Any]:
-    """The JSON error shape of every API and of the listener: ``{"detail", "errors": [...]}``."""
-    return {"detail": detail, "errors": [{"field": field, "reason": reason} for field, reason in errors]}
+    """The JSON error shape of every API and of the listener: ``{"detail", "errors": [...]}``.
+    It always renders: whatever a message quotes from the input is encodable."""
+    return {
+        "detail": _text(detail),
+        "errors": [{"field": _text(field), "reason": _text(reason)} for field, reason in errors],
+    }

@@ -8,14 +8,15 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.forms.fields import InvalidJSONInput
 
-from kernel.documents.nesting import DocumentTooComplex, check_nesting, too_deep
+from kernel.documents.nesting import DocumentInvalid, check_nesting, too_deep
 
 SOURCE = "JSON"
 
 
 class BoundedJSONField(forms.JSONField):
-    """Django's JSON textarea, refusing documents nested too deep with a field error (Django's
-    own lets ``json.loads``'s ``RecursionError`` through: a 500)."""
+    """Django's JSON textarea, refusing what every door refuses (``kernel.documents.nesting``:
+    too deep, too large, unstorable text) with a field error (Django's own lets ``json.loads``'s
+    ``RecursionError`` through: a 500)."""
 
     def to_python(self, value: Any) -> Any:
         if self.disabled or not isinstance(value, str):
@@ -25,7 +26,7 @@ class BoundedJSONField(forms.JSONField):
             check_nesting(converted, source=SOURCE)
         except RecursionError:
             raise ValidationError(str(too_deep(SOURCE)), code="invalid") from None
-        except DocumentTooComplex as exc:
+        except DocumentInvalid as exc:
             raise ValidationError(str(exc), code="invalid") from None
         return converted
 
@@ -34,6 +35,6 @@ class BoundedJSONField(forms.JSONField):
         try:
             value = super().bound_data(data, initial)
             check_nesting(value, source=SOURCE)
-        except (RecursionError, DocumentTooComplex):
+        except (RecursionError, DocumentInvalid):
             return InvalidJSONInput(data)
         return value

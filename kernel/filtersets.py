@@ -4,14 +4,51 @@ and searched by (NetBox's rule). The API uses them through django-filter; the ad
 
 from __future__ import annotations
 
+import datetime as dt
+import re
 from typing import Any
 
 import django_filters
+from django import forms
 from django.contrib import admin
+from django.core.exceptions import ValidationError
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, QueryDict
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
 
 DISTINCT_VALUES_SHOWN = 50
+
+RFC3339 = re.compile(
+    r"(?P<date>\d{4}-\d{2}-\d{2})[Tt ](?P<time>\d{2}:\d{2}:\d{2})(?P<fraction>\.\d+)?"
+    r"(?P<zone>[Zz]|[+-]\d{2}:\d{2})"
+)
+
+
+class RFC3339Field(forms.Field):
+    """A timestamp as RFC 3339 writes it: date, time and a time zone (``Z`` or ``±hh:mm``)."""
+
+    default_error_messages = {
+        "invalid": "Enter an RFC 3339 timestamp with a time zone, e.g. 2025-01-31T12:00:00Z.",
+    }
+
+    def to_python(self, value: Any) -> dt.datetime | None:
+        if value in self.empty_values:
+            return None
+        match = RFC3339.fullmatch(str(value).strip())
+        if match is None:
+            raise ValidationError(self.error_messages["invalid"], code="invalid")
+        fraction = (match["fraction"] or "")[:7]  # Python keeps microseconds
+        zone = "+00:00" if match["zone"] in ("Z", "z") else match["zone"]
+        try:
+            return dt.datetime.fromisoformat(f"{match['date']}T{match['time']}{fraction}{zone}")
+        except ValueError:  # well-formed but not a real moment (month 13, 25:00, ...)
+            raise ValidationError(self.error_messages["invalid"], code="invalid") from None
+
+
+@extend_schema_field(OpenApiTypes.DATETIME)
+class RFC3339Filter(django_filters.Filter):
+    field_class = RFC3339Field
 
 
 class SearchFilterSet(django_filters.FilterSet):

@@ -9,6 +9,7 @@ cleanup is done and the last finalizer is removed, exactly like a Kubernetes fin
 from __future__ import annotations
 
 import datetime
+import json
 import uuid
 from typing import ClassVar
 
@@ -46,6 +47,8 @@ class ResourceModel(models.Model):
 
     # Model fields that make up the spec: a change to any of them bumps ``generation``.
     SPEC_FIELDS: ClassVar[tuple[str, ...]] = ()
+    # Fields the audit trail records only by size and digest (they may hold secrets).
+    AUDIT_OPAQUE: ClassVar[tuple[str, ...]] = ()
 
     class Meta:
         abstract = True
@@ -125,3 +128,70 @@ class ApiToken(IssuedKey):
                 violation_error_message="This user already has a token with this name.",
             ),
         )
+
+
+class AuditEntry(models.Model):
+    """One write through a door (admin, API, a command), or one refused: who, from where, when,
+    to which object, and what changed (a diff with secrets redacted).
+
+    Entries outlive their objects (no foreign keys: a deleted Kyma's history stays) and their
+    actors (the user's name is kept as text). ``kyma_id`` ties an entry to the Kyma it concerns
+    (the Kyma itself, its SyncResources, ModuleConfigs, kubeconfig), for its page's timeline.
+    Written by ``kernel.audit``; kept ``AUDIT_KEPT_DAYS`` days."""
+
+    class Outcome(models.TextChoices):
+        DONE = "done", "Done"
+        REFUSED = "refused", "Refused"
+
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+    actor = models.CharField(max_length=150, help_text="The user, or the module of a module credential.")
+    credential = models.CharField(
+        max_length=160, blank=True, help_text="The API token or module credential used (empty: a session)."
+    )
+    via = models.CharField(max_length=16, help_text="admin, api or command")
+    source = models.CharField(max_length=64, blank=True, help_text="The client's address.")
+    forwarded_for = models.CharField(max_length=200, blank=True)
+    request = models.CharField(max_length=200, blank=True, help_text="Method and path, or the command.")
+    action = models.CharField(max_length=32)
+    outcome = models.CharField(max_length=8, choices=Outcome.choices, default=Outcome.DONE)
+    reason = models.TextField(blank=True, help_text="Why a write was refused.")
+    kind = models.CharField(max_length=64, blank=True)
+    namespace = models.CharField(max_length=63, blank=True)
+    name = models.CharField(max_length=253, blank=True)
+    uid = models.CharField(max_length=36, blank=True, db_index=True)
+    kyma_id = models.BigIntegerField(null=True, blank=True)
+    changes = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        verbose_name = "audit entry"
+        verbose_name_plural = "audit entries"
+        ordering = ("-at", "-id")
+        indexes = (
+            models.Index(fields=("kyma_id", "-at"), name="audit_kyma_recent"),
+            models.Index(fields=("kind", "namespace", "name"), name="audit_object"),
+            models.Index(fields=("actor", "-at"), name="audit_actor_recent"),
+        )
+
+    def __str__(self) -> str:
+        target = "/".join(part for part in (self.namespace, self.name) if part)
+        return f"{self.actor} {self.action} {self.kind} {target} ({self.outcome})"
+
+    @property
+    def object_key(self) -> str:
+        return "/".join(part for part in (self.namespace, self.name) if part)
+
+    def change_lines(self) -> list[str]:
+        """Each change as ``field: before → after`` (values as stored: redacted where secret)."""
+        lines = []
+        for change in self.changes or ():
+            if isinstance(change, dict):
+                lines.append(
+                    f"{change.get('field')}: {_shown(change.get('before'))} → {_shown(change.get('after'))}"
+                )
+        return lines
+
+
+def _shown(value: object) -> str:
+    if value is None or value == "" or value == [] or value == {}:
+        return "∅"
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)

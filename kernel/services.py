@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils import timezone
 
+from kernel import audit
 from kernel.errors import ValidationFailed
 from kernel.models import ResourceModel
 
@@ -41,12 +42,17 @@ def stored_spec(obj: ResourceModel) -> dict | None:
 _UNVERSIONED = frozenset({"id", "resource_version", "updated_at", "created_at"})
 
 
-def _stored_changes(obj: ResourceModel) -> set[str] | None:
+def _stored_row(obj: ResourceModel) -> dict[str, Any] | None:
+    """The stored row's values by attribute name (``None``: no stored row)."""
+    fields = [f.attname for f in obj._meta.concrete_fields if f.attname not in _UNVERSIONED]
+    return type(obj).objects.filter(pk=obj.pk).values(*fields).first()
+
+
+def _stored_changes(obj: ResourceModel, stored: dict[str, Any] | None) -> set[str] | None:
     """Names of the fields whose value differs from the stored row (``None``: no stored row)."""
-    fields = {f.attname: f.name for f in obj._meta.concrete_fields if f.attname not in _UNVERSIONED}
-    stored = type(obj).objects.filter(pk=obj.pk).values(*fields).first()
     if stored is None:
         return None
+    fields = {f.attname: f.name for f in obj._meta.concrete_fields if f.attname not in _UNVERSIONED}
     return {name for attname, name in fields.items() if stored[attname] != getattr(obj, attname)}
 
 
@@ -79,7 +85,8 @@ def resource_save(obj: M, *, before: dict | None, vouched: Iterable[str] = ()) -
     changed = before is None or before != obj.spec_snapshot()
     if before is not None and changed:
         obj.generation += 1
-    differs = _stored_changes(obj) if before is not None and obj.pk is not None else None
+    stored = _stored_row(obj) if before is not None and obj.pk is not None else None
+    differs = _stored_changes(obj, stored) if before is not None and obj.pk is not None else None
     if before is not None and (differs is None or differs):
         obj.resource_version += 1
     try:
@@ -87,6 +94,7 @@ def resource_save(obj: M, *, before: dict | None, vouched: Iterable[str] = ()) -
     except DjangoValidationError as exc:
         raise ValidationFailed.from_django(exc) from exc
     obj.save()
+    audit.record_change(obj, before=stored)  # a door's write (who, from where, what changed)
     return changed
 
 
@@ -97,9 +105,11 @@ def deletion_begin(obj: ResourceModel) -> bool:
     timestamp and stays until the cleanup that owns the finalizer removes it.
     """
     if not obj.finalizers:
+        audit.record_object(obj, action="delete")
         obj.delete()
         return True
     if obj.deletion_timestamp is None:
+        audit.record_object(obj, action="delete")
         obj.deletion_timestamp = timezone.now()
         obj.save(update_fields=["deletion_timestamp", "updated_at"])
     return False

@@ -6,50 +6,13 @@ shown by namespace, name and runtime id only (its kubeconfig is never even loade
 
 from __future__ import annotations
 
-import datetime as dt
-import re
-from typing import Any
-
 import django_filters
-from django import forms
-from django.core.exceptions import ValidationError
 from django.db.models import Q, QuerySet
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers, viewsets
 
+from kernel.filtersets import RFC3339Filter
+
 from .models import WatchEventRecord
-
-RFC3339 = re.compile(
-    r"(?P<date>\d{4}-\d{2}-\d{2})[Tt ](?P<time>\d{2}:\d{2}:\d{2})(?P<fraction>\.\d+)?"
-    r"(?P<zone>[Zz]|[+-]\d{2}:\d{2})"
-)
-
-
-class RFC3339Field(forms.Field):
-    """A timestamp as RFC 3339 writes it: date, time and a time zone (``Z`` or ``±hh:mm``)."""
-
-    default_error_messages = {
-        "invalid": "Enter an RFC 3339 timestamp with a time zone, e.g. 2025-01-31T12:00:00Z.",
-    }
-
-    def to_python(self, value: Any) -> dt.datetime | None:
-        if value in self.empty_values:
-            return None
-        match = RFC3339.fullmatch(str(value).strip())
-        if match is None:
-            raise ValidationError(self.error_messages["invalid"], code="invalid")
-        fraction = (match["fraction"] or "")[:7]  # Python keeps microseconds
-        zone = "+00:00" if match["zone"] in ("Z", "z") else match["zone"]
-        try:
-            return dt.datetime.fromisoformat(f"{match['date']}T{match['time']}{fraction}{zone}")
-        except ValueError:  # well-formed but not a real moment (month 13, 25:00, ...)
-            raise ValidationError(self.error_messages["invalid"], code="invalid") from None
-
-
-@extend_schema_field(OpenApiTypes.DATETIME)
-class RFC3339Filter(django_filters.Filter):
-    field_class = RFC3339Field
 
 
 class WatchEventFilterSet(django_filters.FilterSet):

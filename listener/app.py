@@ -57,16 +57,31 @@ class HTTPError(Exception):
         self.headers = list(headers)
 
 
+# A refused body is read on and thrown away up to this much, as Go's net/http does after a
+# handler (upstream's listener) left a body unread: a client that sends its whole body before
+# reading the answer then gets the 413 instead of a reset connection.
+DRAIN_LIMIT = 256 * 1024
+
+
+def _too_large(stream: Any) -> HTTPError:
+    metrics.TOO_LARGE.inc()
+    left = DRAIN_LIMIT
+    while left > 0 and (chunk := stream.read(min(left, 65536))):
+        left -= len(chunk)
+    return HTTPError(
+        413, f"Body size greater than {MAX_BODY} bytes is not allowed", [("Connection", "close")]
+    )
+
+
 def read_body(environ: dict[str, Any]) -> bytes:
     """The raw body, refusing more than 16 KiB whatever the Content-Length says."""
     declared = environ.get("CONTENT_LENGTH") or ""
+    stream = environ["wsgi.input"]
     if declared.isdigit() and int(declared) > MAX_BODY:
-        metrics.TOO_LARGE.inc()
-        raise HTTPError(413, f"Body size greater than {MAX_BODY} bytes is not allowed")
-    body = environ["wsgi.input"].read(MAX_BODY + 1)
+        raise _too_large(stream)
+    body = stream.read(MAX_BODY + 1)
     if len(body) > MAX_BODY:
-        metrics.TOO_LARGE.inc()
-        raise HTTPError(413, f"Body size greater than {MAX_BODY} bytes is not allowed")
+        raise _too_large(stream)
     return body
 
 

@@ -1,9 +1,14 @@
 """The WatchEvent wire contract (v1 and v2), parsed strictly enough to answer 400 precisely.
 
 Upstream sends ``{"watched": {"Namespace": ..., "Name": ...}, "watchedGvk": {"group": ...,
-"version": ..., "kind": ...}}``; ``watched`` keys are matched case-insensitively. Contract v1
-also carries ``owner``: the KCP Kyma to reconcile. Unknown top-level fields are ignored, as Go's
-``encoding/json`` does, so newer watchers keep working.
+"version": ..., "kind": ...}}``. Contract v1 also carries ``owner``: the KCP Kyma to reconcile.
+Upstream's listener decodes it with Go's ``encoding/json`` into structs (``types.NamespacedName``,
+``metav1.GroupVersionKind``), which matches every field name case-insensitively, preferring no
+spelling: ``{"Watched": ..., "WatchedGvk": {"Kind": ...}}`` is the same event, and so is a name
+spelled with the two non-ASCII letters Go's folding maps to ASCII (U+017F, a long s, and
+U+212A, the Kelvin sign). So field names are matched here the same way, at every level. Where
+Go would let the last of two spellings of one field win, the event is ambiguous and refused
+(400). Unknown fields are ignored, as Go does, so newer watchers keep working.
 
 Beyond upstream, our runtime watcher adds ``"change": {"operation": ..., "uid": ...,
 "oldResourceVersion": ...}``: which change it saw, so the reconcile can check that the runtime
@@ -18,7 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from kernel.documents.nesting import DocumentTooComplex, json_loads
+from kernel.documents.nesting import DocumentInvalid, json_loads
 
 CONTRACTS = ("v1", "v2")
 MAX_BODY = 16 * 1024
@@ -69,16 +74,31 @@ class WatchEvent:
         return body
 
 
+# The only non-ASCII letters whose Unicode simple case folding reaches an ASCII letter (Go's
+# encoding/json folds names with it): LATIN SMALL LETTER LONG S and KELVIN SIGN.
+_GO_FOLDS = str.maketrans({"\u017f": "s", "\u212a": "k"})
+
+
+def fields(value: dict[str, Any], names: tuple[str, ...], where: str) -> dict[str, Any]:
+    """The members of ``value`` named by ``names``, matched as Go's ``encoding/json`` matches a
+    struct's fields: case-insensitively. Keys are the canonical names; others are ignored."""
+    wanted = {name.lower(): name for name in names}
+    found: dict[str, Any] = {}
+    for key, item in value.items():
+        folded = key.translate(_GO_FOLDS)
+        name = wanted.get(folded.lower()) if folded.isascii() else None
+        if name is None:
+            continue
+        if name in found:
+            raise EventInvalid(f"{where}{name} is given twice (field names are case-insensitive)")
+        found[name] = item
+    return found
+
+
 def object_key(value: Any, field: str, *, name_required: bool) -> ObjectKey:
     if not isinstance(value, dict):
         raise EventInvalid(f"{field} must be an object with Namespace and Name")
-    folded: dict[str, Any] = {}
-    for key, item in value.items():
-        lowered = key.lower() if isinstance(key, str) else key
-        if lowered in ("namespace", "name"):
-            if lowered in folded:
-                raise EventInvalid(f"{field}.{key} is given twice (keys are case-insensitive)")
-            folded[lowered] = item
+    folded = fields(value, ("namespace", "name"), f"{field}.")
     for part in ("namespace", "name"):
         if not isinstance(folded.get(part, ""), str):
             raise EventInvalid(f"{field}.{part} must be a string")
@@ -92,6 +112,7 @@ def _change(value: Any) -> Change | None:
     the version it starts from): such an event is handled like upstream's, with the delay."""
     if not isinstance(value, dict):
         raise EventInvalid("change must be an object with operation, uid and oldResourceVersion")
+    value = fields(value, ("operation", "uid", "oldResourceVersion"), "change.")
     operation = value.get("operation")
     if operation not in CHANGE_OPERATIONS:
         raise EventInvalid(f"change.operation must be one of {', '.join(CHANGE_OPERATIONS)}")
@@ -112,7 +133,7 @@ def parse_body(body: bytes) -> dict[str, Any]:
         data = json_loads(body, source="body")
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise EventInvalid(f"body is not JSON: {exc}") from None
-    except DocumentTooComplex as exc:
+    except DocumentInvalid as exc:
         raise EventInvalid(str(exc)) from None
     if not isinstance(data, dict):
         raise EventInvalid("body must be a JSON object")
@@ -124,13 +145,14 @@ def parse_event(contract: str, component: str, body: bytes) -> WatchEvent:
         raise EventInvalid(f"unsupported contract version {contract!r}: use v1 or v2")
     if not component:
         raise EventInvalid("component cannot be empty")
-    data = parse_body(body)
+    data = fields(parse_body(body), ("watched", "watchedGvk", "owner", "change"), "")
     if "watched" not in data:
         raise EventInvalid("watched is required")
     watched = object_key(data["watched"], "watched", name_required=True)
     gvk = data.get("watchedGvk")
     if not isinstance(gvk, dict):
         raise EventInvalid("watchedGvk must be an object with group, version and kind")
+    gvk = fields(gvk, ("group", "version", "kind"), "watchedGvk.")
     for part in ("group", "version", "kind"):
         if not isinstance(gvk.get(part, ""), str):
             raise EventInvalid(f"watchedGvk.{part} must be a string")

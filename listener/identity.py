@@ -1,7 +1,9 @@
 """Who is calling: the runtime's identity from its client certificate.
 
-*Direct mode*: gunicorn's TLS layer already verified the peer against the CA bundle (client
-certificates required); the certificate is read from the connection's socket.
+*Direct mode*: gunicorn's TLS layer already verified the peer's chain against the CA bundle
+(client certificates required); the certificate is read from the connection's socket and checked
+again like in proxy mode. OpenSSL's chain check alone accepts the CA's own certificate, or any
+CA:TRUE certificate the CA issued, as a client: neither is a runtime's identity.
 
 *Proxy mode* (behind Istio/Envoy): the certificate comes from the first element of the
 ``X-Forwarded-Client-Cert`` header (its ``Cert=`` field: PEM encoded as a URL query value). The
@@ -64,14 +66,33 @@ def _identity(cert: x509.Certificate) -> ClientIdentity:
     )
 
 
+def _trusted(cert: x509.Certificate) -> ClientIdentity:
+    """The identity of ``cert`` once it verifies as a client certificate of the bundle: chain,
+    validity, an end-entity certificate (not a CA) for client authentication."""
+    try:
+        crypto.verify_client(cert, _TRUST.authorities(), now=dt.datetime.now(dt.UTC))
+    except crypto.CertificateVerificationError as exc:
+        raise IdentityError(f"client certificate not trusted: {exc}", "untrusted") from exc
+    return _identity(cert)
+
+
+def _bundle_key() -> tuple[str, ...]:
+    return tuple(crypto.fingerprint_sha256(ca) for ca in _TRUST.authorities())
+
+
 @functools.lru_cache(maxsize=4096)
-def identity_from_der(der: bytes) -> ClientIdentity:
-    """Identity of a certificate the TLS layer verified (cached: a watcher reuses its certificate)."""
+def _verified_der(der: bytes, bundle_key: tuple[str, ...], minute: int) -> ClientIdentity:
     try:
         cert = x509.load_der_x509_certificate(der)
     except ValueError as exc:
         raise IdentityError(f"unreadable client certificate: {exc}", "unreadable") from exc
-    return _identity(cert)
+    return _trusted(cert)
+
+
+def identity_from_der(der: bytes) -> ClientIdentity:
+    """Identity of a certificate the TLS layer accepted, verified again as proxy mode verifies
+    (cached per bundle and minute: a watcher reuses its certificate)."""
+    return _verified_der(der, _bundle_key(), int(time.time() // 60))
 
 
 def direct_identity(environ: dict[str, Any]) -> ClientIdentity:
@@ -176,11 +197,7 @@ def _verified(pem: str, bundle_key: tuple[str, ...], minute: int) -> ClientIdent
         raise IdentityError(
             f"X-Forwarded-Client-Cert holds no valid PEM certificate: {exc}", "unreadable"
         ) from exc
-    try:
-        crypto.verify_client(cert, _TRUST.authorities(), now=dt.datetime.now(dt.UTC))
-    except crypto.CertificateVerificationError as exc:
-        raise IdentityError(f"client certificate not trusted: {exc}", "untrusted") from exc
-    return _identity(cert)
+    return _trusted(cert)
 
 
 def proxy_identity(environ: dict[str, Any]) -> ClientIdentity:
@@ -193,9 +210,8 @@ def proxy_identity(environ: dict[str, Any]) -> ClientIdentity:
             f"X-Forwarded-Client-Cert from {peer}, which is not a trusted proxy", "untrusted-proxy"
         )
     pem = xfcc_certificate_pem(header)
-    bundle = tuple(crypto.fingerprint_sha256(ca) for ca in _TRUST.authorities())
     # Cache per bundle and per minute: a changed bundle or the passing of time re-verifies.
-    return _verified(pem, bundle, int(time.time() // 60))
+    return _verified(pem, _bundle_key(), int(time.time() // 60))
 
 
 def client_identity(environ: dict[str, Any]) -> ClientIdentity:

@@ -5,6 +5,11 @@ Each listener process buffers accepted events and a background thread inserts th
 within one interval become one row with a count: a burst of a thousand events for one object
 costs one row. The buffer is bounded: if the database stays away, the oldest groups are dropped
 and counted (the events themselves were already enqueued; only the inspection record is lost).
+
+It cannot be poisoned: text no database stores (a NUL, a lone surrogate) is written as U+FFFD,
+and a row the database refuses anyway is written alone, logged once with the reason and dropped,
+so the rest of its batch, and every later batch, is written. Only a database that is unavailable
+(``kernel.dberrors``) puts a batch back to be tried again.
 """
 
 from __future__ import annotations
@@ -14,7 +19,10 @@ import logging
 import os
 import threading
 
-from django.db import close_old_connections
+from django.db import close_old_connections, transaction
+
+from kernel.dberrors import database_unavailable
+from kernel.documents.nesting import storable
 
 from .events import WatchEvent
 from .metrics import RECORDS_DROPPED
@@ -79,38 +87,72 @@ class EventRecorder:
             groups, self._groups = self._groups, {}
         if not groups:
             return 0
-        rows = [
-            WatchEventRecord(
-                kyma_id=kyma_id,
-                component=component,
-                contract=contract,
-                watched_namespace=namespace[:253],
-                watched_name=name[:253],
-                gvk_group=group[:253],
-                gvk_version=version[:63],
-                gvk_kind=kind[:63],
-                outcome=outcome,
-                count=count,
-                received_at=received_at,
-            )
-            for (kyma_id, component, contract, namespace, name, group, version, kind, outcome), (
-                count,
-                received_at,
-            ) in groups.items()
-        ]
+        rows = {key: _row(key, count, received_at) for key, (count, received_at) in groups.items()}
         try:
-            WatchEventRecord.objects.bulk_create(rows, batch_size=1000)
-        except Exception:
-            with self._lock:
-                for key, value in groups.items():
-                    if key in self._groups:
-                        self._groups[key][0] += value[0]
-                    elif len(self._groups) < BUFFER_LIMIT:
-                        self._groups[key] = value
-                    else:
-                        RECORDS_DROPPED.inc(value[0])
-            raise
+            with transaction.atomic():  # a savepoint when the caller is in a transaction already
+                WatchEventRecord.objects.bulk_create(list(rows.values()), batch_size=1000)
+        except Exception as exc:
+            if database_unavailable(exc):
+                self._put_back(groups)
+                raise
+            return self._write_one_by_one(rows, groups)
         return len(rows)
+
+    def _write_one_by_one(self, rows: dict[Key, WatchEventRecord], groups: dict[Key, list]) -> int:
+        """A batch the database refused: each row alone, so only the bad one is lost."""
+        written = 0
+        keys = list(rows)
+        for position, key in enumerate(keys):
+            try:
+                with transaction.atomic():
+                    WatchEventRecord.objects.bulk_create([rows[key]])
+            except Exception as exc:
+                if database_unavailable(exc):
+                    self._put_back({k: groups[k] for k in keys[position:]})
+                    raise
+                count = groups[key][0]
+                RECORDS_DROPPED.inc(max(count, 0))
+                log.warning(
+                    "watch event record dropped, the database refused it (%s: %s): kyma %s, %s %s/%s, "
+                    "%d event(s)",
+                    type(exc).__name__,
+                    str(exc).splitlines()[0][:200] if str(exc) else "",
+                    key[0],
+                    ascii(key[7])[1:-1],
+                    ascii(key[3])[1:-1],
+                    ascii(key[4])[1:-1],
+                    count,
+                )
+                continue
+            written += 1
+        return written
+
+    def _put_back(self, groups: dict[Key, list]) -> None:
+        with self._lock:
+            for key, value in groups.items():
+                if key in self._groups:
+                    self._groups[key][0] += value[0]
+                elif len(self._groups) < BUFFER_LIMIT:
+                    self._groups[key] = value
+                else:
+                    RECORDS_DROPPED.inc(value[0])
+
+
+def _row(key: Key, count: int, received_at: dt.datetime) -> WatchEventRecord:
+    kyma_id, component, contract, namespace, name, group, version, kind, outcome = key
+    return WatchEventRecord(
+        kyma_id=kyma_id,
+        component=storable(component),
+        contract=storable(contract),
+        watched_namespace=storable(namespace)[:253],
+        watched_name=storable(name)[:253],
+        gvk_group=storable(group)[:253],
+        gvk_version=storable(version)[:63],
+        gvk_kind=storable(kind)[:63],
+        outcome=outcome,
+        count=count,
+        received_at=received_at,
+    )
 
 
 RECORDER = EventRecorder()

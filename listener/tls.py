@@ -3,8 +3,10 @@
 ``serve listener`` writes the first server certificate, its key and the CA bundle for gunicorn.
 Then each worker process refreshes them from the database every ``LISTENER_TLS_REFRESH`` seconds
 and, when they changed (renewal, CA rotation), builds a new ``SSLContext`` that gunicorn uses for
-new connections (through its ``ssl_context`` hook). Files are written with mode 0600 in a private
-directory because ``ssl`` loads keys only from files.
+new connections (through its ``ssl_context`` hook). ``ssl`` loads keys only from files, so a
+worker writes its certificate and key (mode 0600) into a private directory of its own and removes
+it as soon as the context has loaded them: no copy of the key outlives the moment of loading,
+whether the worker stops cleanly, is killed or crashes.
 """
 
 from __future__ import annotations
@@ -62,12 +64,16 @@ def prepare_listener_tls() -> dict[str, str]:
     return {"LISTENER_MODE": "direct", **write_material(settings.STATE_DIR / "listener-tls")}
 
 
-def build_context(cert: bytes, key: bytes, bundle: bytes, directory: Path) -> ssl.SSLContext:
-    _write_private(directory / "tls.crt", cert)
-    _write_private(directory / "tls.key", key)
+def build_context(cert: bytes, key: bytes, bundle: bytes) -> ssl.SSLContext:
+    """A server context holding ``cert`` and ``key``; the files it is loaded from exist only
+    while it loads them."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(directory / "tls.crt", directory / "tls.key")
+    with tempfile.TemporaryDirectory(prefix="listener-tls-") as name:  # mode 0700
+        directory = Path(name)
+        _write_private(directory / "tls.crt", cert)
+        _write_private(directory / "tls.key", key)
+        context.load_cert_chain(directory / "tls.crt", directory / "tls.key")
     context.load_verify_locations(cadata=bundle.decode())
     context.verify_mode = ssl.CERT_REQUIRED
     return context
@@ -80,16 +86,13 @@ class ListenerTLS:
         self._context: ssl.SSLContext | None = None
         self._version = ""
         self._lock = threading.Lock()
-        self._directory: Path | None = None
 
     def refresh(self) -> bool:
         cert, key, bundle = services.listener_material()
         version = hashlib.sha256(cert + bundle).hexdigest()
         if version == self._version:
             return False
-        if self._directory is None:
-            self._directory = Path(tempfile.mkdtemp(prefix="listener-tls-"))
-        context = build_context(cert, key, bundle, self._directory)
+        context = build_context(cert, key, bundle)
         with self._lock:
             changed = bool(self._version)
             self._context, self._version = context, version

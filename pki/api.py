@@ -45,7 +45,8 @@ class CertificateAuthoritySerializer(serializers.ModelSerializer):
 
 
 class CertificateSerializer(serializers.ModelSerializer):
-    kyma = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    # The listener's certificate belongs to no Kyma: null, as the schema says.
+    kyma = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
     issuer = serializers.SlugRelatedField(slug_field="fingerprint", read_only=True)
     status = serializers.CharField(source="current_status", read_only=True)
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 bind = os.environ.get("LISTENER_BIND", "127.0.0.1:8443")
 workers = int(os.environ.get("LISTENER_WORKERS", "2"))
-worker_class = "gthread"
+worker_class = "controlplane.gunicorn.JsonErrorThreadWorker"  # gthread, errors in JSON
 threads = int(os.environ.get("LISTENER_THREADS", "8"))
 worker_connections = 4000
 keepalive = 75

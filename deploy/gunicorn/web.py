@@ -14,7 +14,7 @@ import os
 
 bind = os.environ.get("WEB_BIND", "127.0.0.1:8000")
 workers = int(os.environ.get("WEB_WORKERS", "2"))
-worker_class = "gthread"
+worker_class = "controlplane.gunicorn.JsonErrorThreadWorker"  # gthread, errors in JSON
 threads = int(os.environ.get("WEB_THREADS", "4")) + int(os.environ.get("WEB_WATCH_THREADS", "32"))
 keepalive = 5
 timeout = 60

@@ -17,6 +17,7 @@ from fleet.models import Kyma, KymaState, ModuleConfig, ReconcileRecord, SyncRes
 from kernel import timefmt
 from kernel.documents.dockerconfig import DockerConfigError
 from kernel.documents.yamlio import dump_yaml
+from kernel.models import AuditEntry
 from listener.models import WatchEventRecord
 from pki import services as pki_services
 from pki.models import Certificate, CertificatePurpose
@@ -28,6 +29,7 @@ from .readable import Readable, readable_error
 EVENTS_SHOWN = 50
 RECONCILES_SHOWN = 50
 CERTIFICATES_SHOWN = 10
+CHANGES_SHOWN = 50
 SYNC_RESOURCES_SHOWN = 100
 PLACEHOLDER = b"<no certificate issued yet>"
 
@@ -41,7 +43,7 @@ class TimelineEntry:
     ``problem`` an error as one sentence with its raw text folded away."""
 
     at: dt.datetime
-    kind: str  # "event" | "reconcile" | "certificate", or any other source's kind
+    kind: str  # "event" | "reconcile" | "certificate" | "change", or any other source's kind
     title: str
     detail: str = ""
     state: str = ""  # a Kyma state, for the badge
@@ -118,14 +120,35 @@ def kyma_certificates(kyma: Kyma, limit: int = CERTIFICATES_SHOWN) -> list[Certi
     )
 
 
+def _audit_entry(entry: AuditEntry) -> TimelineEntry:
+    """A write (or refused write) of the Kyma, its kubeconfig, SyncResources or ModuleConfigs."""
+    who = f"{entry.actor} ({entry.credential})" if entry.credential else entry.actor
+    refused = entry.outcome == AuditEntry.Outcome.REFUSED
+    target = f"{entry.kind} {entry.object_key}".strip()
+    source = f" from {entry.source}" if entry.source else ""
+    return TimelineEntry(
+        at=entry.at,
+        kind="change",
+        title=f"{target} {entry.action}{' refused' if refused else ''}",
+        detail=f"by {who} via {entry.via}{source}",
+        state="Error" if refused else "Ready",
+        label=entry.get_outcome_display(),
+        changes=tuple(entry.change_lines()),
+        problem=Readable(entry.reason, "") if refused and entry.reason else None,
+    )
+
+
 def kyma_timeline(kyma: Kyma, certificates: list[Certificate]) -> list[TimelineEntry]:
-    """Events, reconciles and certificates merged, newest first (two queries)."""
+    """Events, reconciles, certificates and writes (who did what) merged, newest first (three
+    queries)."""
     events = WatchEventRecord.objects.filter(kyma=kyma).order_by("-received_at")[:EVENTS_SHOWN]
     reconciles = ReconcileRecord.objects.filter(kyma=kyma).order_by("-started_at")[:RECONCILES_SHOWN]
+    writes = AuditEntry.objects.filter(kyma_id=kyma.pk).order_by("-at", "-id")[:CHANGES_SHOWN]
     entries = [
         *(_event_entry(event) for event in events),
         *(_reconcile_entry(record) for record in reconciles),
         *_certificate_entries(certificates),
+        *(_audit_entry(entry) for entry in writes),
     ]
     return sorted(entries, key=lambda entry: entry.at, reverse=True)
 

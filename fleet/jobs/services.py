@@ -26,6 +26,7 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 from fleet import queue
 from fleet.models import Job, JobKind, JobStatus, Kyma
 from fleet.models.jobs import LOG_MAX_CHARS, LOG_MAX_LINES, MESSAGE_MAX_CHARS
+from kernel import audit
 from kernel.errors import ApplicationError, ValidationFailed
 
 log = logging.getLogger(__name__)
@@ -67,9 +68,18 @@ def kymas_reconcile_now(*, kyma_ids: Sequence[int], user: User) -> ReconcileNow:
     ``RECONCILE_JOB_THRESHOLD`` Kymas are queued at once, a larger selection becomes a job."""
     ids = list(dict.fromkeys(int(kyma_id) for kyma_id in kyma_ids))
     if len(ids) > RECONCILE_JOB_THRESHOLD:
-        return ReconcileNow(queued=[], covered=0, job=job_reconcile_kymas(kyma_ids=ids, user=user))
+        job = job_reconcile_kymas(kyma_ids=ids, user=user)
+        audit.record(action="reconcile", kind="Job", name=str(job.pk), changes=[_selected(ids)])
+        return ReconcileNow(queued=[], covered=0, job=job)
     queued = queue.request(ids, reason="requested by a user")
+    if audit.current_actor() is not None:
+        for kyma in Kyma.objects.filter(pk__in=ids).only("pk", "uid", "namespace", "name"):
+            audit.record_object(kyma, action="reconcile")
     return ReconcileNow(queued=queued, covered=len(ids) - len(queued))
+
+
+def _selected(ids: list[int]) -> dict[str, object]:
+    return {"field": "kymas", "before": None, "after": f"{len(ids):,} Kymas"}
 
 
 def job_create(*, kind: str, targets: dict, total: int, user: User) -> Job:

@@ -107,6 +107,8 @@ class SyncResource(NamespacedResourceModel):
     observed_generation = models.BigIntegerField(default=0, editable=False)
 
     SPEC_FIELDS: ClassVar[tuple[str, ...]] = ("manifests", "apply_strategy", "deletion_policy")
+    # Manifests may hold Secrets: the audit trail records them by size and digest only.
+    AUDIT_OPAQUE: ClassVar[tuple[str, ...]] = ("manifests",)
 
     class Meta:
         verbose_name = "sync resource"

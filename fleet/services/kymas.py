@@ -8,6 +8,7 @@ from fleet import queue
 from fleet.k8s.kubeconfig import validate_kubeconfig
 from fleet.models import Kyma
 from fleet.models.kyma import MODULE_DEFAULTS
+from kernel import audit
 from kernel.errors import Conflict
 from kernel.services import deletion_begin, resource_save, stored_spec, upsert
 
@@ -79,8 +80,13 @@ def kyma_set_kubeconfig(*, kyma: Kyma, kubeconfig: str) -> None:
     if kubeconfig:
         validate_kubeconfig(kubeconfig)
     with transaction.atomic():
+        was = audit.REDACTED_SET if kyma.kubeconfig else audit.REDACTED_UNSET
         kyma.kubeconfig = kubeconfig
         kyma.save(update_fields=["kubeconfig", "updated_at"])
+        now = "<replaced, redacted>" if kubeconfig else audit.REDACTED_UNSET
+        audit.record_object(
+            kyma, action="update", changes=[{"field": "kubeconfig", "before": was, "after": now}]
+        )
         queue.request([kyma.pk], reason="kubeconfig changed", urgent=True)
 
 

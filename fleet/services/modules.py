@@ -9,6 +9,7 @@ from django.db import transaction
 from fleet import queue
 from fleet.models import Kyma, Module, ModuleConfig, SyncResource
 from fleet.selectors import kyma_ids_using_module
+from kernel import audit
 from kernel.errors import Conflict
 from kernel.services import deletion_begin, resource_save, stored_spec, upsert
 
@@ -39,6 +40,7 @@ def module_delete(*, module: Module) -> None:
     """Remove a catalog entry; Kymas that still enable it report it missing on their next reconcile."""
     with transaction.atomic():
         affected = kyma_ids_using_module(module.name)
+        audit.record_object(module, action="delete")
         module.delete()
         queue.request(affected, reason=f"module {module.name} deleted", urgent=True)
 

@@ -10,8 +10,10 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponsePermanen
 from django.urls import Resolver404, resolve
 from rest_framework import exceptions, status
 from rest_framework.response import Response
+from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from kernel import audit
 from kernel.dberrors import database_unavailable
 from kernel.documents.schema import format_path
 from kernel.errors import ApplicationError, error_body, summarize
@@ -41,7 +43,49 @@ def _flatten(detail: Any, path: list[str | int]) -> list[tuple[str, str]]:
 DATABASE_RETRY_AFTER = 1
 
 
+WRITE_ACTIONS = {"POST": "create", "PUT": "update", "PATCH": "update", "DELETE": "delete"}
+
+
 def exception_handler(exc: Exception, context: dict) -> Response | None:
+    response = _answer(exc, context)
+    request = context.get("request")
+    if response is not None and request is not None and 400 <= response.status_code < 500:
+        action = WRITE_ACTIONS.get(request.method)
+        if action is not None:
+            _record_refused_write(exc, context, action, response)
+    return response
+
+
+def _record_refused_write(exc: Exception, context: dict, action: str, response: Response) -> None:
+    """A refused write is in the audit trail too: who tried what, and why it was refused."""
+    request, view = context["request"], context.get("view")
+    kwargs = getattr(view, "kwargs", {}) or {}
+    kind = getattr(getattr(view, "kind", None), "kind", "") or getattr(view, "basename", "") or ""
+    body = getattr(request, "_full_data", None)  # parsed already, or not at all: never parse here
+    metadata = body.get("metadata") if isinstance(body, dict) else None
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    namespace = metadata.get("namespace") if isinstance(metadata, dict) else None
+    target = str(kwargs.get("id", ""))
+    if "/" in target:
+        namespace, name = target.split("/", 1)
+    if isinstance(view, APIView) and view.__class__.__name__ == "ApplyView":
+        action = "apply"
+    reason = response.data.get("detail", "") if isinstance(response.data, dict) else str(exc)
+    try:
+        audit.record_refusal(
+            exc if getattr(exc, "failures", None) else ApplicationError(str(reason)),
+            action=action,
+            kind=str(kind),
+            namespace=namespace if isinstance(namespace, str) else "",
+            name=name if isinstance(name, str) else ("" if "/" in target else target),
+            uid=target if len(target) == 36 and "/" not in target else "",
+            actor=audit.actor_of_request(request),
+        )
+    except Exception:  # the answer must go out even if the trail cannot take it now
+        log.exception("could not record a refused write in the audit trail")
+
+
+def _answer(exc: Exception, context: dict) -> Response | None:
     if database_unavailable(exc):
         # The database is out of connections (e.g. many watches opening at once), restarting or
         # unreachable: the request was not taken, and the client retries, as after any 503.

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import BaseParser
 from rest_framework.renderers import BaseRenderer
+from rest_framework.utils.encoders import JSONEncoder
 
 from kernel.documents.yamlio import DocumentError, dump_yaml, load_documents
 
@@ -27,6 +29,10 @@ class YAMLParser(BaseParser):
 
 
 class YAMLRenderer(BaseRenderer):
+    """The JSON answer, written as YAML: the data goes through DRF's JSON encoder first, so
+    whatever a view answers in JSON (serializer dicts and lists, UUIDs, times, decimals) reads
+    the same in YAML, instead of a ``RepresenterError`` for a type YAML's safe dumper lacks."""
+
     media_type = "application/yaml"
     format = "yaml"
     charset = "utf-8"
@@ -36,4 +42,5 @@ class YAMLRenderer(BaseRenderer):
     ) -> bytes:
         if data is None:
             return b""
-        return dump_yaml([data]).encode()
+        plain = json.loads(json.dumps(data, cls=JSONEncoder))
+        return dump_yaml([plain]).encode()

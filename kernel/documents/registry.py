@@ -238,6 +238,10 @@ def for_document(doc: Any) -> ResourceKind:
     if not isinstance(doc, dict):
         raise ValidationFailed("a document must be an object", errors=[("", "a document must be an object")])
     api_version, kind = doc.get("apiVersion"), doc.get("kind")
+    for field, value in (("apiVersion", api_version), ("kind", kind)):
+        if value is not None and not isinstance(value, str):
+            reason = f"{field} must be a string, got {schema.type_name(value)}"
+            raise ValidationFailed(reason, errors=[(field, reason)])
     found = _KINDS.get((api_version, kind))
     same_kind = [k.api_version for k in _KINDS.values() if k.kind == kind and k.appliable]
     if found is None and not kind:
@@ -284,10 +288,23 @@ class DocumentsInvalid(ApplicationError):
                 (f"documents[{number}]{'.' + path if path else ''}", reason) for path, reason in pairs
             )
         total = len(failures)
+        first = failures[0][2] if failures else None
         if all(isinstance(exc, Conflict) for _, _, exc in failures):
             self.status_code = Conflict.status_code  # only stale versions: retry with fresh ones
+        # A stale document's answer says what every 409 says (the object has been modified...),
+        # as the write of one document does; its field error still tells the versions apart.
+        summary = (
+            f"documents[{failures[0][0]}]: {first.message}"
+            if isinstance(first, Conflict)
+            else summarize(errors)
+        )
+        more = (
+            f" (and {total - 1} more failed document{'s' if total > 2 else ''})"
+            if isinstance(first, Conflict) and total > 1
+            else ""
+        )
         super().__init__(
-            f"{total} document{'s' if total > 1 else ''} failed; nothing was applied: {summarize(errors)}",
+            f"{total} document{'s' if total > 1 else ''} failed; nothing was applied: {summary}{more}",
             errors=errors,
         )
         self.failures = failures
@@ -309,9 +326,11 @@ def _label(doc: Any) -> str:
     if not isinstance(doc, dict):
         return "document"
     metadata = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
-    name = metadata.get("name", "?")
-    namespace = metadata.get("namespace")
-    return f"{doc.get('kind', '?')} {namespace + '/' if namespace else ''}{name}"
+    name, namespace, kind = metadata.get("name"), metadata.get("namespace"), doc.get("kind")
+    name = name if isinstance(name, str) and name else "?"
+    namespace = namespace if isinstance(namespace, str) else ""
+    kind = kind if isinstance(kind, str) and kind else "?"
+    return f"{kind} {namespace + '/' if namespace else ''}{name}"
 
 
 def apply_documents(docs: Iterable[Any], *, force: bool = False) -> list[ApplyResult]:

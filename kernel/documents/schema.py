@@ -137,7 +137,15 @@ def metadata(*, namespaced: bool) -> dict:
 def document(
     *, api_version: str, kind: str, spec: dict, namespaced: bool, status: dict | None = None
 ) -> dict:
-    """The whole document of a kind; ``status`` is accepted on input (and ignored) when given."""
+    """The whole document of a kind; ``status`` is accepted on input (and ignored) when given.
+
+    A ``spec`` with required fields is itself required: a document without one is refused like
+    a spec without those fields (a CRD says the same with ``required: [spec]``)."""
+    required = (
+        ("apiVersion", "kind", "metadata", "spec")
+        if spec.get("required")
+        else ("apiVersion", "kind", "metadata")
+    )
     return obj(
         {
             "apiVersion": {"const": api_version},
@@ -146,7 +154,7 @@ def document(
             "spec": spec,
             "status": status or {"type": "object"},
         },
-        required=("apiVersion", "kind", "metadata"),
+        required=required,
     )
 
 
@@ -200,6 +208,11 @@ _TYPE_NAMES = {
     dict: "object",
     type(None): "null",
 }
+
+
+def type_name(value: object) -> str:
+    """The JSON name of a parsed value's type (``object``, ``array``, ``string``, ...)."""
+    return _TYPE_NAMES.get(type(value), type(value).__name__)
 
 
 def _describe(error: SchemaError, base: str) -> list[tuple[str, str]]:

@@ -14,7 +14,14 @@ from typing import Any
 
 import yaml
 
-from .nesting import DocumentTooComplex, check_nesting, too_deep
+from .nesting import (
+    DocumentInvalid,
+    bounded_int,
+    check_integer_literal,
+    check_nesting,
+    finite_float,
+    too_deep,
+)
 
 MAX_INPUT_BYTES = 4 * 1024 * 1024
 
@@ -34,11 +41,34 @@ class _StoredLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ign
     :class:`_Loader` (see ``load_documents(stored=True)``)."""
 
 
+def _bounded_int(loader: yaml.SafeLoader, node: yaml.Node) -> int:
+    """YAML's integers (signs, ``_``, ``0x``, ``0o``, sexagesimal), refusing absurdly long ones
+    before converting them (``nesting.MAX_INTEGER_DIGITS``)."""
+    try:
+        check_integer_literal(str(node.value))
+    except DocumentInvalid as exc:
+        raise yaml.constructor.ConstructorError(None, None, str(exc), node.start_mark) from None
+    return loader.construct_yaml_int(node)
+
+
+def _finite_float(loader: yaml.SafeLoader, node: yaml.Node) -> float:
+    """YAML's floats, refusing ``.inf``, ``.nan`` and overflowing ones: JSON (and so Kubernetes,
+    which converts YAML to JSON) has no such numbers."""
+    value = loader.construct_yaml_float(node)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise yaml.constructor.ConstructorError(
+            None, None, f"the number {node.value!r} is not finite (JSON has no such number)", node.start_mark
+        )
+    return value
+
+
 for _loader in (_Loader, _StoredLoader):
     _loader.yaml_implicit_resolvers = {
         key: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
         for key, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
     }
+    _loader.add_constructor("tag:yaml.org,2002:int", _bounded_int)
+    _loader.add_constructor("tag:yaml.org,2002:float", _finite_float)
 
 
 class _Dumper(yaml.SafeDumper):
@@ -72,13 +102,17 @@ def load_documents(text: str | bytes, *, source: str = "input", stored: bool = F
             raise DocumentError(f"{source}: not UTF-8 text ({exc})") from exc
     if len(text) > MAX_INPUT_BYTES:
         raise DocumentError(f"{source}: larger than {MAX_INPUT_BYTES // (1024 * 1024)} MiB")
-    raw = _json_documents(text)
+    try:
+        raw = _json_documents(text)
+    except DocumentInvalid as exc:
+        raise DocumentError(f"{source}: {exc}") from None
+    shared = raw is None  # YAML: aliases share objects
     if raw is None:
         raw = _yaml_documents(text, source=source, stored=stored)
     try:
         for doc in raw:
-            check_nesting(doc, source=source)
-    except DocumentTooComplex as exc:
+            check_nesting(doc, source=source, shared=shared)
+    except DocumentInvalid as exc:
         raise DocumentError(str(exc)) from None
     documents: list[dict[str, Any]] = []
     for index, doc in enumerate(raw):
@@ -99,8 +133,8 @@ def load_documents(text: str | bytes, *, source: str = "input", stored: bool = F
 _SEPARATOR = re.compile(r"^---[ \t]*$", re.MULTILINE)
 
 
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")  # YAML then reads it (a plain string)
 
 
 def _json_documents(text: str) -> list[Any] | None:
@@ -112,7 +146,13 @@ def _json_documents(text: str) -> list[Any] | None:
     if not any(chunks) or not all(chunk.startswith("{") for chunk in chunks if chunk):
         return None
     try:
-        return [json.loads(chunk, parse_constant=_refuse_constant) for chunk in chunks if chunk]
+        return [
+            json.loads(chunk, parse_int=bounded_int, parse_float=finite_float, parse_constant=_not_json)
+            for chunk in chunks
+            if chunk
+        ]
+    except DocumentInvalid:
+        raise  # JSON, but a number no document may hold
     except (ValueError, RecursionError):
         return None  # not JSON after all (or too deep for it): the YAML loader says what is wrong
 

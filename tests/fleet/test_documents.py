@@ -197,7 +197,7 @@ class TestStoredText:
 
     MIXED = (
         "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: ConfigMap, metadata: {name: a}}\n"
-        "---\nwhen: 2024-01-01T10:00:00Z\nflags: [yes, no, on, 'off', ~, 0x1F, 1.5e3, .inf]\n"
+        "---\nwhen: 2024-01-01T10:00:00Z\nflags: [yes, no, on, 'off', ~, 0x1F, 1.5e3, -2.5]\n"
         'text: |\n  two\n  lines\nanchor: &x {k: v}\nalias: *x\nunicode: "\\u00e9\\t"\n---\n'
     )
 

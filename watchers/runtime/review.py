@@ -10,6 +10,8 @@ with :class:`ReviewError` and the HTTP layer answers 4xx.
 from __future__ import annotations
 
 import json
+import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +22,9 @@ STATUS_SUBRESOURCE = "status"
 
 KCP_SUCCEEDED = "kcp request succeeded"
 KCP_FAILED = "kcp request failed"
+# The API server decodes objects nested at most this deep (apimachinery's JSON limit), so a review
+# may carry an object that deep; Python's json parser stops near 1,000 levels (its recursion limit).
+MAX_REVIEW_DEPTH = 10_000
 
 
 class ReviewError(ValueError):
@@ -162,12 +167,112 @@ def _object(request: dict[str, Any], field: str) -> dict[str, Any] | None:
     return value
 
 
-def parse_admission_review(body: bytes) -> AdmissionRequest:
-    """Validate an AdmissionReview body; raise :class:`ReviewError` with a human reason."""
+def _go_number(text: str) -> int | float:
+    """A JSON integer as Go's ``encoding/json`` holds it in a map (a float64): exact while it is
+    short, a float beyond (converting thousands of digits to ``int`` is refused by Python)."""
+    return int(text) if len(text) < 300 else float(text)
+
+
+_TOKEN = re.compile(
+    r'[ \t\n\r]*(?:("(?:[^"\\\x00-\x1f]|\\.)*")'
+    r"|(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)|(true|false|null)|([{}\[\],:]))"
+)
+_LITERALS = {"true": True, "false": False, "null": None}
+
+
+def _loads_deep(text: str) -> Any:
+    """``json.loads`` for documents nested past the interpreter's recursion limit (up to
+    ``MAX_REVIEW_DEPTH``): the same values, built with an explicit stack."""
+    stack: list[list[Any]] = []  # [container, key of the value being read]
+    root: Any = None
+    state, pos = "value", 0
+
+    def bad() -> ReviewError:
+        return ReviewError(f"request body is not valid JSON (at character {pos})")
+
+    def after_value() -> str:
+        return "comma" if stack else "done"
+
+    def attach(value: Any) -> None:
+        nonlocal root
+        if not stack:
+            root = value
+        elif isinstance(stack[-1][0], dict):
+            stack[-1][0][stack[-1][1]] = value
+        else:
+            stack[-1][0].append(value)
+
+    while True:
+        match = _TOKEN.match(text, pos)
+        if match is None:
+            if state == "done" and not text[pos:].strip(" \t\n\r"):
+                return root
+            raise bad()
+        pos = match.end()
+        string, number, literal, punct = match.groups()
+        container = stack[-1][0] if stack else None
+        if state == "done":
+            raise bad()
+        if state in ("key", "key-or-close"):
+            if punct == "}" and state == "key-or-close":
+                stack.pop()
+                state = after_value()
+            elif string is not None:
+                stack[-1][1], state = json.loads(string), "colon"
+            else:
+                raise bad()
+        elif state == "colon":
+            if punct != ":":
+                raise bad()
+            state = "value"
+        elif state == "comma":
+            if punct == ",":
+                state = "key" if isinstance(container, dict) else "value"
+            elif punct == ("}" if isinstance(container, dict) else "]"):
+                stack.pop()
+                state = after_value()
+            else:
+                raise bad()
+        elif punct == "]" and state == "value-or-close":
+            stack.pop()
+            state = after_value()
+        elif punct in ("{", "["):
+            if len(stack) >= MAX_REVIEW_DEPTH:
+                raise ReviewError(f"request body nested deeper than {MAX_REVIEW_DEPTH:,} levels")
+            new: Any = {} if punct == "{" else []
+            attach(new)
+            stack.append([new, None])
+            state = "key-or-close" if punct == "{" else "value-or-close"
+        elif string is not None:
+            attach(json.loads(string))
+            state = after_value()
+        elif number is not None:
+            attach(json.loads(number, parse_int=_go_number))
+            state = after_value()
+        elif literal is not None:
+            attach(_LITERALS[literal])
+            state = after_value()
+        else:
+            raise bad()
+
+
+def _loads(body: bytes) -> Any:
     try:
-        review = json.loads(body)
+        return json.loads(body, parse_int=_go_number)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ReviewError(f"request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        pass
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ReviewError(f"request body is not valid JSON: {exc}") from None
+    return _loads_deep(text)
+
+
+def parse_admission_review(body: bytes) -> AdmissionRequest:
+    """Validate an AdmissionReview body; raise :class:`ReviewError` with a human reason."""
+    review = _loads(body)
     if not isinstance(review, dict):
         raise ReviewError("request body must be a JSON object (an AdmissionReview)")
     if review.get("kind") != REVIEW_KIND:
@@ -214,22 +319,43 @@ def _field(obj: dict[str, Any], name: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+def _float64(value: int | float) -> float:
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
 def deep_equal(a: Any, b: Any) -> bool:
     """``reflect.DeepEqual`` on values Go's ``encoding/json`` produced.
 
     Python's ``==`` says ``True == 1`` and ``1 == 1.0``; Go decodes every JSON number to float64
     (so ``1`` and ``1.0`` are equal, large integers compare after rounding) but a bool never equals
     a number. Nil and empty maps differ in Go, as ``None`` and ``{}`` do here.
+
+    Iterative: an object nested as deep as the API server allows compares like any other (a
+    recursive comparison raised RecursionError past a few hundred levels).
     """
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return float(a) == float(b)
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(deep_equal(a[key], b[key]) for key in a)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(deep_equal(x, y) for x, y in zip(a, b, strict=True))
-    return type(a) is type(b) and a == b
+    pending = [(a, b)]
+    while pending:
+        a, b = pending.pop()
+        if isinstance(a, bool) or isinstance(b, bool):
+            same = type(a) is type(b) and a == b
+        elif isinstance(a, (int, float)) and isinstance(b, (int, float)):
+            same = _float64(a) == _float64(b)
+        elif isinstance(a, dict) and isinstance(b, dict):
+            same = a.keys() == b.keys()
+            if same:
+                pending.extend((a[key], b[key]) for key in a)
+        elif isinstance(a, list) and isinstance(b, list):
+            same = len(a) == len(b)
+            if same:
+                pending.extend(zip(a, b, strict=True))
+        else:
+            same = type(a) is type(b) and a == b
+        if not same:
+            return False
+    return True
 
 
 def detect_change(request: AdmissionRequest) -> Decision:

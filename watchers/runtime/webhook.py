@@ -6,13 +6,17 @@ server. TLS is TLS 1.3 only, like upstream. The accept loop only wraps the socke
 handshake runs in the connection's own thread, so one slow client cannot stall accepting.
 
 Answers: a well-formed AdmissionReview always gets ``allowed: true`` (the watcher observes, it
-never blocks). Anything else gets a 4xx with the reason as text, never a 500: upstream answers an
-empty 200, which the API server then reports as a webhook failure with no hint why.
+never blocks), whatever the object holds or however deep it is nested (as deep as the API server
+allows). Anything else gets a 4xx with a JSON ``{"detail": ...}`` naming the problem, never a
+500: upstream answers an empty 200, which the API server then reports as a webhook failure with no
+hint why. A body over the limit is refused (413) before it is read into memory; the rest of it is
+read and thrown away (up to ``DRAIN_LIMIT``), so the client can read the answer.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import re
 import socket
@@ -37,6 +41,9 @@ logger = logging.getLogger("watchers.runtime.admission")
 
 VALIDATE_PREFIX = "/validate/"
 COMPONENT_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$")
+# A refused body is read and thrown away up to this many bytes, so the client (which sends its
+# whole body before reading the answer) gets the 413 instead of a reset connection.
+DRAIN_LIMIT = 64 * 1024 * 1024
 SECURITY_HEADERS = (
     ("Strict-Transport-Security", "max-age=31536000; includeSubDomains"),
     ("Content-Security-Policy", "default-src 'self'"),
@@ -67,7 +74,8 @@ class AdmissionService:
     def reject(self, status: int, reason: str, **fields: Any) -> Answer:
         self._metrics.admission_errors.inc()
         log_event(logger, logging.WARNING, "admission rejected", status=status, reason=reason, **fields)
-        return Answer(status, (reason + "\n").encode(), "text/plain; charset=utf-8")
+        body = json.dumps({"detail": reason}, ensure_ascii=True).encode() + b"\n"
+        return Answer(status, body, "application/json")
 
     def review(self, component: str, body: bytes) -> Answer:
         try:
@@ -118,12 +126,38 @@ def _read_chunked(rfile: Any, limit: int) -> bytes:
                 pass
             return bytes(body)
         if len(body) + size > limit:
+            _drain_chunked(rfile, size)
             raise BadRequest(413, f"request body larger than {limit} bytes")
         chunk = rfile.read(size)
         if len(chunk) != size:
             raise BadRequest(400, "request body ended early")
         body += chunk
         rfile.readline(3)
+
+
+def _drain(rfile: Any, length: int) -> None:
+    """Read and drop ``length`` bytes (at most ``DRAIN_LIMIT``), never holding them."""
+    left = min(length, DRAIN_LIMIT)
+    while left > 0:
+        chunk = rfile.read(min(left, 65536))
+        if not chunk:
+            return
+        left -= len(chunk)
+
+
+def _drain_chunked(rfile: Any, size: int) -> None:
+    """Drop the rest of a chunked body whose current chunk has ``size`` bytes (-1: before the
+    first chunk's size line)."""
+    dropped = 0
+    while size and dropped < DRAIN_LIMIT:
+        if size > 0:
+            _drain(rfile, size)
+            dropped += size
+            rfile.readline(3)
+        try:
+            size = int(rfile.readline(1026).split(b";", 1)[0].strip(), 16)
+        except ValueError:
+            return
 
 
 class AdmissionHandler(BaseHTTPRequestHandler):
@@ -187,6 +221,7 @@ class AdmissionHandler(BaseHTTPRequestHandler):
         return self.server.service.review(component, self._read_body())
 
     def _read_body(self) -> bytes:
+        self._body_read = True
         limit = self.server.max_body
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
             return _read_chunked(self.rfile, limit)
@@ -200,13 +235,25 @@ class AdmissionHandler(BaseHTTPRequestHandler):
         if length < 0:
             raise BadRequest(400, f"invalid Content-Length {raw!r}")
         if length > limit:
+            _drain(self.rfile, length)
             raise BadRequest(413, f"request body larger than {limit} bytes")
         body = self.rfile.read(length)
         if len(body) != length:
             raise BadRequest(400, "request body ended early")
         return body
 
+    def _discard_body(self) -> None:
+        """Read and drop a body nobody will look at (bounded), so the answer reaches the client."""
+        with contextlib.suppress(OSError, ValueError, ssl.SSLError):
+            if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+                _drain_chunked(self.rfile, -1)
+                return
+            raw = self.headers.get("Content-Length") or "0"
+            if raw.isdigit():
+                _drain(self.rfile, int(raw))
+
     def _serve(self, produce: Any) -> None:
+        self._body_read = False
         metrics = self.server.metrics
         metrics.admission_requests.inc()
         self.server.request_started()
@@ -217,6 +264,8 @@ class AdmissionHandler(BaseHTTPRequestHandler):
                 answer = produce()
             except BadRequest as exc:
                 self.close_connection = True  # the body may be unread: do not reuse the stream
+                if not getattr(self, "_body_read", False):
+                    self._discard_body()  # refused before reading it (path, method): let the client read on
                 answer = self.server.service.reject(exc.status, exc.reason, path=self.path)
             except Exception as exc:  # a bug must not become a 500 or kill the connection thread
                 logger.exception("admission handling failed")

@@ -8,6 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from kernel import audit
 from kernel.documents.registry import DocumentsInvalid, apply_documents
 from kernel.documents.yamlio import DocumentError, load_documents
 
@@ -58,9 +59,14 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         if not docs:
             raise CommandError("no documents to apply")
+        actor = audit.command_actor(
+            "manage.py apply " + " ".join(f"-f {name}" for name in options["filename"])
+        )
         try:
-            results = apply_documents(docs, force=options["force"])
+            with audit.acting(actor):
+                results = apply_documents(docs, force=options["force"])
         except DocumentsInvalid as exc:
+            audit.record_refusal(exc, action="apply", actor=actor)
             count = len(exc.failures)
             head = f"{count} document{'s' if count > 1 else ''} failed; nothing was applied"
             raise CommandError("\n".join([head, *exc.lines()])) from exc

@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from fleet.models import Module, ModuleCredential
 from fleet.services.credentials import module_credential_create, module_credential_revoke
+from kernel import audit
 from kernel.errors import ValidationFailed
 from kernel.management.commands.token import positive_days
 from kernel.timefmt import rfc3339
@@ -40,7 +41,9 @@ class Command(BaseCommand):
         listing.add_argument("module", nargs="?", help="only this module's")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        getattr(self, f"_{options['action']}")(options)
+        words = [options["action"], options.get("module") or "", options.get("name") or ""]
+        with audit.acting(audit.command_actor(" ".join(["manage.py credential", *filter(None, words)]))):
+            getattr(self, f"_{options['action']}")(options)
 
     def _create(self, options: dict[str, Any]) -> None:
         module = _module(options["module"])

@@ -16,6 +16,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from fleet.models import Kyma, Module, SyncResource
 from fleet.services import kymas as kyma_services
 from fleet.services import modules as module_services
+from kernel import audit
 from watchers.models import Watcher
 from watchers.services import watcher_delete
 
@@ -54,7 +55,9 @@ class Command(BaseCommand):
             raise CommandError(f"{kind.plural} cannot be deleted on their own")
         obj = object_named(kind, options["target"])
         label = f"{kind.kind.lower()}/{obj.name}"
-        if deleter(obj):
+        with audit.acting(audit.command_actor(f"manage.py delete {options['kind']} {options['target']}")):
+            gone = deleter(obj)
+        if gone:
             self.stdout.write(f"{label} deleted")
             return
         self.stdout.write(f"{label} deleting (its reconcile cleans up first)")

@@ -10,6 +10,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
+from kernel import audit
 from kernel.api_tokens import api_token_create
 from kernel.errors import ValidationFailed
 from kernel.timefmt import rfc3339
@@ -50,7 +51,8 @@ class Command(BaseCommand):
         days = options["expires_in_days"]
         expires_at = timezone.now() + dt.timedelta(days=days) if days else None
         try:
-            token, key = api_token_create(user=user, name=options["name"], expires_at=expires_at)
+            with audit.acting(audit.command_actor(f"manage.py token create {username} {options['name']}")):
+                token, key = api_token_create(user=user, name=options["name"], expires_at=expires_at)
         except ValidationFailed as exc:
             raise CommandError(exc.message) from exc
         until = f"expires {rfc3339(expires_at)}" if expires_at else "never expires"

@@ -1,0 +1,38 @@
+"""Middleware of the web role that must run before anything reads a request."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse
+
+from kernel.errors import error_body
+
+# A refused body is read and thrown away up to this many bytes: a client sends its whole body
+# before it reads the answer (requests, http.client), and a connection closed on unread data is
+# reset, so the client would never see the 413 (as nginx's lingering close does, bounded).
+DRAIN_LIMIT = 64 * 1024 * 1024
+
+
+class RequestBodyLimit:
+    """Bodies declared larger than ``DATA_UPLOAD_MAX_MEMORY_SIZE`` are refused with 413 and the JSON
+    error shape before anything reads them into memory, with or without ``DJANGO_DEBUG`` (Django's
+    own ``RequestDataTooBig`` became an HTML page: the debug page, or a bare 400 in production).
+
+    The rest of the body is read and thrown away in small pieces (up to ``DRAIN_LIMIT``), never
+    held, so the client reads the answer and the connection stays usable."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        declared = request.META.get("CONTENT_LENGTH") or ""
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        if limit is not None and declared.isdigit() and int(declared) > limit:
+            left = min(int(declared), DRAIN_LIMIT)
+            while left > 0 and (chunk := request.read(min(left, 65536))):
+                left -= len(chunk)
+            detail = f"request body of {int(declared):,} bytes is larger than the {limit:,} bytes accepted"
+            return JsonResponse(error_body(detail), status=413)
+        return self.get_response(request)
