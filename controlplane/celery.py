@@ -19,6 +19,8 @@ from celery.signals import task_prerun, worker_shutdown
 from django.db import close_old_connections, connections
 from kombu.transport import TRANSPORT_ALIASES
 
+from controlplane import probes  # noqa: F401 - the worker's side port starts on worker_init
+
 # filesystem:// (the quickstart's broker) uses kombu's transport with atomic message files.
 TRANSPORT_ALIASES["filesystem"] = "controlplane.broker:Transport"
 

@@ -298,12 +298,23 @@ CELERY_WORKER_TIMER_PRECISION: float = env.float("CELERY_WORKER_TIMER_PRECISION"
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = "UTC"
-CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# django-celery-beat's database scheduler, elected: any number of beats, one sends (controlplane/beat.py).
+CELERY_BEAT_SCHEDULER = "controlplane.beat:ElectedScheduler"
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_TASK_DEFAULT_QUEUE = "controlplane"
 # Publishing must fail fast (the listener answers 503) instead of hanging on a dead broker.
 CELERY_BROKER_CONNECTION_TIMEOUT: float = env.float("CELERY_BROKER_CONNECTION_TIMEOUT", default=2.0)
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2}
+
+# Beat's election: the leader renews its lease every third of BEAT_LEASE_SECONDS; a standby tries
+# to take it every BEAT_STANDBY_POLL seconds, so a killed leader is replaced within their sum.
+BEAT_LEASE_SECONDS: float = env.float("BEAT_LEASE_SECONDS", default=10.0)
+BEAT_STANDBY_POLL: float = env.float("BEAT_STANDBY_POLL", default=1.0)
+if not 0 < BEAT_STANDBY_POLL < BEAT_LEASE_SECONDS:
+    raise ImproperlyConfigured("BEAT_STANDBY_POLL must be positive and below BEAT_LEASE_SECONDS")
+# Side ports of the Celery roles (probes and metrics: controlplane/probes.py); empty: none.
+BEAT_METRICS_BIND: str = env.str("BEAT_METRICS_BIND", default="")
+WORKER_METRICS_BIND: str = env.str("WORKER_METRICS_BIND", default="")
 
 # --- Control plane ---------------------------------------------------------------------------
 
