@@ -14,6 +14,6 @@ class ProjectConfig(AppConfig):
     def ready(self) -> None:
         from kernel.metrics import register_collector
 
-        from . import metrics
+        from . import metrics, worker  # noqa: F401 - the worker's signal handlers
 
         register_collector("beat", metrics.collect)

@@ -305,6 +305,16 @@ CELERY_TASK_DEFAULT_QUEUE = "controlplane"
 # Publishing must fail fast (the listener answers 503) instead of hanging on a dead broker.
 CELERY_BROKER_CONNECTION_TIMEOUT: float = env.float("CELERY_BROKER_CONNECTION_TIMEOUT", default=2.0)
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2}
+# A worker outlives broker outages (controlplane/worker.py): it reconnects for ever, at most this
+# many seconds apart, and gives back what it held when the connection went (controlplane/broker.py).
+CELERY_WORKER_CONSUMER = "controlplane.worker:Consumer"
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+WORKER_RECONNECT_MAX: float = env.float("WORKER_RECONNECT_MAX", default=2.0)
+if WORKER_RECONNECT_MAX <= 0:
+    raise ImproperlyConfigured("WORKER_RECONNECT_MAX must be positive")
+# Running tasks go on when the connection is lost (their messages are queued again on reconnect;
+# a reconcile is idempotent and leased): Celery 6 would cancel them by default.
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 
 # Beat's election: the leader renews its lease every third of BEAT_LEASE_SECONDS; a standby tries
 # to take it every BEAT_STANDBY_POLL seconds, so a killed leader is replaced within their sum.
