@@ -422,6 +422,10 @@ if LISTENER_EVENT_MARGIN < 0 or (
         "queues waits that delay (set LISTENER_EVENT_MARGIN=0 to turn the margin off)"
     )
 LISTENER_EVENTS_KEPT: int = env.int("LISTENER_EVENTS_KEPT", default=100)
+# Seconds a 503 (queue or database away) asks the runtime watcher to wait before it retries.
+LISTENER_RETRY_AFTER: int = env.int("LISTENER_RETRY_AFTER", default=2)
+if LISTENER_RETRY_AFTER < 0:
+    raise ImproperlyConfigured("LISTENER_RETRY_AFTER must be 0 or more seconds")
 LISTENER_CACHE_SECONDS: float = env.float("LISTENER_CACHE_SECONDS", default=2.0)
 LISTENER_TLS_REFRESH: float = env.float("LISTENER_TLS_REFRESH", default=30.0)
 LISTENER_FORWARD_URL: str = env.str(

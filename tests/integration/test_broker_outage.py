@@ -3,6 +3,8 @@ started again (controlplane/broker.py, controlplane/worker.py, listener/app.py).
 
 from __future__ import annotations
 
+import http.client
+import json
 import time
 
 import pytest
@@ -12,7 +14,7 @@ from django.utils import timezone
 from controlplane.celery import app
 from fleet.models import ReconcileRecord
 from pki import services as pki
-from tests.support.listener import klm_watcher
+from tests.support.listener import Credentials, event_body, klm_watcher, start_listener
 from tests.support.processes import start_worker
 from tests.support.runtimes import connected_kyma, keda_module
 from tests.support.services import OwnRedis
@@ -80,3 +82,48 @@ def test_given_a_worker_holding_a_task_when_redis_stops_and_starts_then_it_lives
         wait(lambda: unacked(redis) == 0, "nothing is left held", 10, worker)
     finally:
         worker.stop()
+
+
+def post_event(port: int, creds: Credentials) -> tuple[int, dict[str, str], dict]:
+    conn = http.client.HTTPSConnection("localhost", port, context=creds.context(), timeout=10)
+    try:
+        conn.request(
+            "POST",
+            "/v2/lifecycle-manager/event",
+            body=json.dumps(event_body()),
+            headers={"Content-Type": "application/json"},
+        )
+        response = conn.getresponse()
+        return response.status, dict(response.getheaders()), json.loads(response.read())
+    finally:
+        conn.close()
+
+
+def test_given_redis_down_when_an_event_comes_then_503_retry_after_and_a_reconcile_soon_after_the_return(
+    redis, runtimes
+):
+    kyma = connected_kyma(runtimes())
+    creds = Credentials.for_kyma(kyma)
+    listener = start_listener(CELERY_BROKER_URL=redis.url)
+    worker = start_worker(CELERY_BROKER_URL=redis.url, WORKER_RECONNECT_MAX="1")
+    try:
+        redis.stop()
+        status, headers, body = post_event(listener.port, creds)
+        assert status == 503, body
+        assert headers.get("Retry-After") == "2"
+        assert "unavailable" in body["detail"]
+        redis.start()
+        back = timezone.now()
+        status, _, body = post_event(listener.port, creds)  # the watcher's retry
+        assert status == 200, body
+        wait(
+            lambda: ReconcileRecord.objects.filter(kyma_id=kyma.pk, started_at__gte=back).exists(),
+            "a reconcile after the broker's return",
+            10,
+            worker,
+            listener.process,
+        )
+        assert worker.proc.poll() is None
+    finally:
+        worker.stop()
+        listener.stop()
