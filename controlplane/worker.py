@@ -6,6 +6,10 @@
   30 s between tries, so a worker came back up to half a minute after its broker). What it held
   when the connection went is queued again as soon as it is back (:mod:`controlplane.broker`).
 - The database goes away: tasks fail and retry (``fleet.tasks``); the worker itself keeps running.
+- SIGTERM (a rolling update, a drained node): Celery's warm shutdown stops taking messages and
+  gives back what it reserved; every running reconcile stops at its next step and hands its Kyma
+  back (:func:`fleet.queue.hand_back_all`), so the worker ends within one runtime call rather than
+  a whole slow reconcile, well inside the pod's grace period.
 """
 
 from __future__ import annotations
@@ -13,8 +17,11 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from celery import signals
 from celery.worker.consumer import Consumer as CeleryConsumer
 from django.conf import settings
+
+from fleet import queue
 
 
 class Consumer(CeleryConsumer):
@@ -29,3 +36,8 @@ class Consumer(CeleryConsumer):
             interval_max=settings.WORKER_RECONNECT_MAX,
         )
         return super().ensure_connected(conn)
+
+
+@signals.worker_shutting_down.connect
+def _hand_back_on_shutdown(**_: Any) -> None:
+    queue.hand_back_all()

@@ -18,7 +18,15 @@ below the task module, the listener, the services, the jobs and beat, which all 
 
 from .changes import StoredChange, decode_all
 from .coverage import Coverage
-from .lease import LeaseKeeper, lease_acquire, lease_extend, lease_release, worker_id
+from .lease import (
+    LeaseKeeper,
+    hand_back_all,
+    handing_back,
+    lease_acquire,
+    lease_extend,
+    lease_release,
+    worker_id,
+)
 from .marks import Started, flags
 from .requests import (
     PERIODIC_REASON,
@@ -51,7 +59,7 @@ from .requests import (
 from .requests import (
     reconcile_started as started,
 )
-from .retry import MAX_HOLD, LeaseBusy, NoBusySlot, RetryLater, TooSoon, hold_for
+from .retry import MAX_HOLD, LeaseBusy, NoBusySlot, RetryLater, TooSoon, WorkerStopping, hold_for
 
 __all__ = [
     "MAX_HOLD",
@@ -65,8 +73,11 @@ __all__ = [
     "Started",
     "StoredChange",
     "TooSoon",
+    "WorkerStopping",
     "decode_all",
     "flags",
+    "hand_back_all",
+    "handing_back",
     "hold_for",
     "lease_acquire",
     "lease_extend",
