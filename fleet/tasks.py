@@ -20,6 +20,8 @@ from fleet.services.housekeeping import prune_per_kyma
 from fleet.services.revisions import moduleconfig_deletions_prune
 
 log = logging.getLogger(__name__)
+# Longest wait between a reconcile's tries while the database is unavailable (seconds).
+DATABASE_RETRY_MAX = 5
 
 
 @shared_task(name="controlplane.kyma_reconcile", bind=True, acks_late=True, max_retries=None)
@@ -59,7 +61,13 @@ def kyma_reconcile(
         self.apply_async(args=[kyma_id], kwargs=kwargs, countdown=later.retry_after)
         return
     except OperationalError as exc:
-        raise self.retry(countdown=min(60, 2 ** min(self.request.retries, 6)), max_retries=20) from exc
+        # The database is away: retry soon and often (an outage is usually seconds), for about
+        # ten minutes; after that beat's sweep and the mark's expiry queue the Kyma again.
+        countdown = min(DATABASE_RETRY_MAX, 2 ** min(self.request.retries, 6))
+        log.warning(
+            "reconcile of Kyma %s: database unavailable (%s); retrying in %d s", kyma_id, exc, countdown
+        )
+        raise self.retry(countdown=countdown, max_retries=120) from exc
 
 
 @shared_task(name="controlplane.reconcile_due", acks_late=True, ignore_result=True)

@@ -25,6 +25,7 @@ from .lease import (
     lease_acquire,
     lease_extend,
     lease_release,
+    lease_release_unreleased,
     worker_id,
 )
 from .marks import Started, flags
@@ -82,6 +83,7 @@ __all__ = [
     "lease_acquire",
     "lease_extend",
     "lease_release",
+    "lease_release_unreleased",
     "queued",
     "rearm",
     "rearm_urgent",

@@ -6,6 +6,10 @@ shortly (:class:`fleet.queue.retry.LeaseBusy`). A worker that dies loses the lea
 The owner names the thread too: with Celery's threads pool, one process runs many reconciles, and
 a reconcile whose lease ran out must not extend or release the lease another thread took since.
 
+A lease this process could not release because the database was away (the reconcile met the
+outage) is remembered and released by the next reconcile this process starts
+(:func:`lease_release_unreleased`): its Kyma does not wait ``RECONCILE_LEASE_SECONDS`` for it.
+
 A worker that is told to stop (SIGTERM: a rolling update, a node drained) calls
 :func:`hand_back_all`: every reconcile it runs stops at its next step (between two runtime calls)
 with :class:`WorkerStopping`, releases its lease and queues its Kyma again, so the shutdown takes
@@ -21,6 +25,7 @@ import threading
 import time
 
 from django.conf import settings
+from django.db import DatabaseError
 from django.utils import timezone
 
 from fleet.models import Kyma
@@ -63,9 +68,33 @@ def lease_extend(kyma_id: int, *, owner: str | None = None) -> bool:
     return bool(Kyma.objects.filter(id=kyma_id, lease_owner=owner).update(lease_until=until))
 
 
+_unreleased: set[tuple[int, str]] = set()
+_unreleased_lock = threading.Lock()
+
+
 def lease_release(kyma_id: int, *, owner: str | None = None) -> None:
     owner = owner or worker_id()
-    Kyma.objects.filter(id=kyma_id, lease_owner=owner).update(lease_owner="", lease_until=None)
+    try:
+        Kyma.objects.filter(id=kyma_id, lease_owner=owner).update(lease_owner="", lease_until=None)
+    except DatabaseError:
+        with _unreleased_lock:
+            _unreleased.add((kyma_id, owner))
+        raise
+
+
+def lease_release_unreleased() -> None:
+    """Release the leases this process failed to release (the database was away); no query
+    when there are none. One that fails again stays for the next call."""
+    with _unreleased_lock:
+        pending = list(_unreleased)
+        _unreleased.clear()
+    for number, (kyma_id, owner) in enumerate(pending):
+        try:
+            Kyma.objects.filter(id=kyma_id, lease_owner=owner).update(lease_owner="", lease_until=None)
+        except DatabaseError:
+            with _unreleased_lock:
+                _unreleased.update(pending[number:])
+            raise
 
 
 class LeaseKeeper:

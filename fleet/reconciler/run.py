@@ -190,6 +190,7 @@ def kyma_reconcile_run(
     the status write releases the lease in the same UPDATE; the record is inserted without
     looking whether the Kyma still exists (the cleanup says when it deleted the row).
     """
+    queue.lease_release_unreleased()  # a reconcile that met a database outage held one
     if marked:
         start = queue.start(kyma_id)
     else:

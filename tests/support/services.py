@@ -13,6 +13,7 @@ import pwd
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -84,6 +85,10 @@ class OwnRedis:
                 self.proc.wait(5)
         self.proc = None
 
+    def remove(self) -> None:
+        self.stop()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
 
 def _postgres_user() -> dict:
     """initdb and postgres refuse to run as root: as root, run them as ``postgres``."""
@@ -101,14 +106,16 @@ def _pg_bin(name: str) -> str:
 
 
 class OwnPostgres:
-    """A PostgreSQL cluster of its own (``initdb`` into a temporary directory) on a free port."""
+    """A PostgreSQL cluster of its own (``initdb`` into a temporary directory) on a free port.
+    As root, the cluster belongs to ``postgres`` and lives in a directory of its own under the
+    system's temporary directory (pytest's are not open to other users); :meth:`remove` deletes it."""
 
     def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self.data = directory / "data"
+        self._as = _postgres_user()
+        self.directory = Path(tempfile.mkdtemp(prefix="own-postgres-")) if self._as else directory
+        self.data = self.directory / "data"
         self.port = free_port()
         self.proc: subprocess.Popen | None = None
-        self._as = _postgres_user()
 
     @property
     def url(self) -> str:
@@ -166,3 +173,7 @@ class OwnPostgres:
                     os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(5)
         self.proc = None
+
+    def remove(self) -> None:
+        self.stop()
+        shutil.rmtree(self.directory, ignore_errors=True)
