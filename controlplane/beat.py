@@ -45,6 +45,7 @@ from django.db import DatabaseError, InterfaceError, close_old_connections, tran
 from django.db.models import F
 from django_celery_beat.models import PeriodicTask
 from django_celery_beat.schedulers import DatabaseScheduler, ModelEntry
+from kombu.exceptions import OperationalError
 
 from controlplane import leases, probes
 
@@ -189,6 +190,7 @@ class ElectedScheduler(DatabaseScheduler):
         )
         self._claim_won = False
         self._claimed_run_at: dt.datetime | None = None
+        self._unreachable = False
         self.sent = 0
         self.last_tick = time.monotonic()
         super().__init__(*args, **kwargs)
@@ -204,8 +206,24 @@ class ElectedScheduler(DatabaseScheduler):
             return max(0.05, min(self.election.poll, self.election.until_next_step()))
         if became:
             self._reload()
-        interval = super().tick(*args, **kwargs)
+        try:
+            interval = super().tick(*args, **kwargs)
+        except (*self.connection.connection_errors, OperationalError) as exc:
+            # No connection to the broker for the send of a claimed tick: that tick is lost (nothing
+            # reaches a broker that is away); the loop goes on renewing the lease.
+            self._broker_away(exc)
+            self._reload()
+            interval = 1.0
         return min(interval, self.election.until_next_step())
+
+    def _broker_away(self, exc: Exception) -> None:
+        """Say once per outage that sends fail (the loop tries again every tick)."""
+        self.__dict__.pop("producer", None)
+        if not self._unreachable:
+            self._unreachable = True
+            log.warning(
+                "beat: the broker is unreachable (%s); periodic tasks are sent again once it answers", exc
+            )
 
     def _reload(self) -> None:
         """A new leader starts from the schedule as stored: what the last leader sent."""
@@ -270,8 +288,26 @@ class ElectedScheduler(DatabaseScheduler):
             beat_run_at=self._claimed_run_at.isoformat() if self._claimed_run_at else None,
         )
         entry.options = {**entry.options, "headers": headers}
-        super().apply_entry(entry, producer=producer)
+        try:
+            self.apply_async(entry, producer=producer, advance=False)
+        except Exception as exc:  # the broker is away: this tick is lost, the next one goes out
+            self._broker_away(exc)
+            return
+        if self._unreachable:
+            self._unreachable = False
+            log.info("beat: the broker answers again; sending periodic tasks")
         self.sent += 1
+
+    @property
+    def producer(self) -> Any:
+        """The producer, connected now or never: waiting for an absent broker (Celery retries
+        for ever) would stop the loop, and with it the renewals of the lease (a chaos run saw
+        three leaders in one outage, each stuck in its first send)."""
+        if "producer" not in self.__dict__:
+            connection = self.connection
+            connection.ensure_connection(max_retries=1, interval_start=0, interval_step=0, timeout=2)
+            self.__dict__["producer"] = self.Producer(connection, auto_declare=False)
+        return self.__dict__["producer"]
 
     def sync(self) -> None:
         """Nothing to write: each claim wrote its entry's ``last_run_at`` when it was made (a

@@ -9,12 +9,14 @@ import signal
 import time
 
 import pytest
+import redis as redis_client
 import requests
 from django.utils import timezone
 
 from controlplane.beat import LEASE_NAME
 from controlplane.leases import lease_current, lease_is_live
 from tests.support.processes import free_port, start_beat
+from tests.support.services import OwnRedis
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -104,3 +106,32 @@ def test_given_two_beats_when_the_leader_is_killed_then_the_standby_takes_over_a
     # Nothing skipped for longer than the takeover (the lease, a poll, then the sweep's interval).
     assert max(gaps) <= took + SWEEP_EVERY + 1.0, (gaps, took)
     assert leading.proc.wait(5) == -signal.SIGKILL
+
+
+def test_given_a_leading_beat_when_the_broker_is_away_longer_than_the_lease_then_it_keeps_leading(tmp_path):
+    """Sending waits for no broker: the loop goes on renewing the lease (before, the first send of
+    an outage blocked it, the lease ran out and the leadership went round)."""
+    broker = OwnRedis(tmp_path / "redis").start()
+    beat = start_beat(
+        BEAT_LEASE_SECONDS=str(LEASE),
+        BEAT_STANDBY_POLL=str(POLL),
+        RECONCILE_SWEEP_INTERVAL=str(SWEEP_EVERY),
+        CELERY_BROKER_URL=broker.url,
+    )
+    try:
+        holder = wait(leader, "the beat leads", 20, (beat,))
+        term = lease_current(LEASE_NAME).term
+        broker.stop()
+        beat.wait_for(lambda: "the broker is unreachable" in beat.output(), 20, "a sweep meeting the outage")
+        outage_ends = time.monotonic() + 2 * LEASE
+        while time.monotonic() < outage_ends:  # the outage outlasts the lease twice over
+            assert leader() == holder and lease_current(LEASE_NAME).term == term, beat.output()
+            time.sleep(0.1)
+        broker.start()
+        sends = redis_client.Redis.from_url(broker.url)
+        beat.wait_for(lambda: sends.llen("controlplane") > 0, 20, "sweeps queued after the outage")
+        assert lease_current(LEASE_NAME).term == term
+        assert beat.output().count("the broker is unreachable") == 1
+    finally:
+        beat.stop()
+        broker.stop()
