@@ -336,6 +336,10 @@ PUBLIC_URL: str = env.str("CONTROLPLANE_PUBLIC_URL", default=f"http://{WEB_BIND}
 
 # A queued-flag older than this is considered lost (its task vanished) and is claimed again.
 RECONCILE_QUEUED_TTL: int = env.int("RECONCILE_QUEUED_TTL", default=120)
+# A mark whose task was due this long ago and never started, while the broker's queue is empty,
+# lost its task (the process that claimed it, or the worker that held it, died): beat's sweep
+# queues the reconcile again (fleet/queue/requests.py).
+RECONCILE_OVERDUE_AFTER: float = env.float("RECONCILE_OVERDUE_AFTER", default=30)
 # How long one reconcile may hold a Kyma before another worker may take over.
 RECONCILE_LEASE_SECONDS: int = env.int("RECONCILE_LEASE_SECONDS", default=60)
 

@@ -76,6 +76,10 @@ def reconcile_due() -> int:
     queued = 0
     for batch in selectors.kyma_ids_due(limit=settings.RECONCILE_SWEEP_LIMIT):
         queued += len(queue.request(batch, reason=queue.PERIODIC_REASON, full=False))
+    # Marks whose task was lost (its publisher or its worker died): their events were answered.
+    queued += len(
+        queue.requeue_overdue(after=settings.RECONCILE_OVERDUE_AFTER, limit=settings.RECONCILE_SWEEP_LIMIT)
+    )
     # Every few seconds: worth a line only when it queued something.
     log.log(logging.INFO if queued else logging.DEBUG, "periodic sweep: %d reconcile(s) queued", queued)
     return queued

@@ -40,6 +40,9 @@ from .requests import (
     kyma_reconcile_request_one as request_one,
 )
 from .requests import (
+    reconcile_overdue_requeue as requeue_overdue,
+)
+from .requests import (
     reconcile_queued as queued,
 )
 from .requests import (
@@ -89,6 +92,7 @@ __all__ = [
     "rearm_urgent",
     "request",
     "request_one",
+    "requeue_overdue",
     "spaced",
     "start",
     "start_urgent",

@@ -21,7 +21,14 @@ one waits beside the marked one. So a runtime-event storm, even one a manager an
 write, gets at most two reconciles per spacing.
 
 *Durability.* The claim is undone and :class:`QueueUnavailable` raised when the broker refuses the
-message, so a caller (the listener) can answer 503 and the sender retries.
+message, so a caller (the listener) can answer 503 and the sender retries. A mark can still
+outlive its task: the process that claimed it died before it published (a listener killed
+mid-request), or a worker that held the task was killed (Redis gives its messages back only after
+the visibility timeout). Events meanwhile coalesce into the mark and are answered 200, so beat's
+sweep looks for such marks (:func:`reconcile_overdue_requeue`): a mark whose task was due
+``RECONCILE_OVERDUE_AFTER`` ago while the broker's queue is empty (a backlog is not a lost task)
+is claimed again for now and its task published anew; whichever of the two tasks starts first
+does the work.
 
 *Spacing.* A reconcile that starts records until when the next one of its Kyma is spaced
 (``RECONCILE_MIN_SPACING``; :func:`reconcile_spaced`, in the mark store): a runtime event
@@ -50,6 +57,7 @@ from collections.abc import Collection, Sequence
 from celery import current_app
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
+from kombu.exceptions import ChannelError
 from kombu.exceptions import OperationalError as KombuOperationalError
 from redis.exceptions import RedisError
 
@@ -169,6 +177,39 @@ def _request(
         raise QueueUnavailable(f"the task queue is unavailable: {exc}") from exc
     log.debug("queued reconcile of %s (%s)", claimed + extra, reason)
     return [kyma_id for kyma_id in kyma_ids if kyma_id in won or kyma_id in set(extra)]
+
+
+def broker_queue_length() -> int:
+    """Messages waiting in the reconcile queue (not those workers hold)."""
+    name = current_app.conf.task_default_queue
+    with current_app.connection_for_read() as conn:
+        try:
+            return conn.default_channel.queue_declare(queue=name, passive=True).message_count
+        except ChannelError:  # never declared: nothing was ever queued there
+            return 0
+
+
+def reconcile_overdue_requeue(*, after: float, limit: int) -> list[int]:
+    """Publish a task again for every mark whose task was due over ``after`` seconds ago and
+    did not start, while the broker's queue is empty (else the workers are behind, and the task
+    is on its way). Returns the Kymas queued again."""
+    now = timezone.now()
+    store = flags()
+    overdue = store.overdue(now - dt.timedelta(seconds=after), limit)
+    if not overdue or broker_queue_length() > 0:
+        return []
+    requeued = [kyma_id for kyma_id, eta in overdue if store.refresh(kyma_id, eta, now)]
+    if requeued:
+        try:
+            _publish(requeued, 0.0, "requeued: its task was lost")
+        except (KombuOperationalError, OSError) as exc:
+            raise QueueUnavailable(f"the task queue is unavailable: {exc}") from exc
+        log.warning(
+            "queued again the reconcile of %d Kyma(s) whose task was due %g s ago and never started",
+            len(requeued),
+            after,
+        )
+    return requeued
 
 
 def kyma_reconcile_request_one(

@@ -50,6 +50,35 @@ def test_given_a_mark_whose_task_was_lost_when_its_ttl_passed_then_it_is_claimed
     assert queue.request([kyma.pk], reason="t") == [kyma.pk]
 
 
+def test_given_a_mark_whose_task_was_lost_when_beat_sweeps_then_its_reconcile_is_queued_again_once(
+    task_queue,
+):
+    """The process that claimed the mark died before it published (or the worker holding the
+    task died): events meanwhile were answered as covered. Beat's sweep finds the mark overdue
+    while the queue is empty and queues the reconcile again, keeping what the mark says."""
+    kyma = KymaFactory()
+    task_queue()
+    change = StoredChange("v1", "ConfigMap", "kyma-system", "c", "UPDATE", "u-1", "7").encode()
+    long_ago = timezone.now() - dt.timedelta(seconds=50)
+    assert flags().claim([kyma.pk], long_ago, long_ago, [change]) == [kyma.pk]  # its task: lost
+    assert queue.requeue_overdue(after=30, limit=100) == [kyma.pk]
+    [task] = task_queue()
+    assert (task.name, task.args) == (queue.RECONCILE_TASK, [kyma.pk])
+    assert queue.requeue_overdue(after=30, limit=100) == []  # the mark is fresh again: once
+    assert task_queue() == []
+    assert queue.start(kyma.pk).changes == (change,)
+
+
+def test_given_a_backlog_in_the_queue_then_overdue_marks_wait_for_their_task(task_queue):
+    late, waiting = KymaFactory(), KymaFactory()
+    task_queue()
+    long_ago = timezone.now() - dt.timedelta(seconds=50)
+    flags().claim([late.pk], long_ago, long_ago)
+    queue.request([waiting.pk], reason="t")  # a task in the queue: the workers are behind
+    assert queue.requeue_overdue(after=30, limit=100) == []
+    assert [task.args for task in task_queue()] == [[waiting.pk]]
+
+
 def test_given_broker_down_when_requested_then_error_and_claim_is_released(broker_down):
     kyma = KymaFactory(next_reconcile_at=timezone.now() + dt.timedelta(minutes=5))
     with pytest.raises(QueueUnavailable):
