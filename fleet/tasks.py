@@ -80,6 +80,11 @@ def reconcile_due() -> int:
     queued += len(
         queue.requeue_overdue(after=settings.RECONCILE_OVERDUE_AFTER, limit=settings.RECONCILE_SWEEP_LIMIT)
     )
+    # Reconciles that died with their worker after they cleared their mark: a lease left to run out.
+    abandoned = queue.lease_abandoned_take(limit=settings.RECONCILE_SWEEP_LIMIT)
+    if abandoned:
+        log.warning("%d reconcile(s) died with their worker (lease ran out); queued again", len(abandoned))
+        queued += len(queue.request(abandoned, reason="lease-abandoned"))
     # Every few seconds: worth a line only when it queued something.
     log.log(logging.INFO if queued else logging.DEBUG, "periodic sweep: %d reconcile(s) queued", queued)
     return queued

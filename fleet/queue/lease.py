@@ -10,6 +10,11 @@ A lease this process could not release because the database was away (the reconc
 outage) is remembered and released by the next reconcile this process starts
 (:func:`lease_release_unreleased`): its Kyma does not wait ``RECONCILE_LEASE_SECONDS`` for it.
 
+A lease that ran out without being released is a reconcile that died with its worker (SIGKILL,
+node lost) after it cleared its queue mark: nothing else says its work is undone (Redis gives the
+worker's message back only after the visibility timeout, 600 s). Beat's sweep takes such leases
+back and queues their Kymas again (:func:`lease_abandoned_take`).
+
 A worker that is told to stop (SIGTERM: a rolling update, a node drained) calls
 :func:`hand_back_all`: every reconcile it runs stops at its next step (between two runtime calls)
 with :class:`WorkerStopping`, releases its lease and queues its Kyma again, so the shutdown takes
@@ -80,6 +85,25 @@ def lease_release(kyma_id: int, *, owner: str | None = None) -> None:
         with _unreleased_lock:
             _unreleased.add((kyma_id, owner))
         raise
+
+
+def lease_abandoned_take(*, limit: int) -> list[int]:
+    """Kymas whose lease ran out without being released (its holder died mid-reconcile): the
+    leases are cleared (each only if still the one found) and the Kymas returned, for a new
+    reconcile. A holder that was only slow finds its lease gone at its next step and stops."""
+    now = timezone.now()
+    found = list(
+        Kyma.objects.filter(lease_until__lt=now)
+        .exclude(lease_owner="")
+        .values_list("id", "lease_owner", "lease_until")[:limit]
+    )
+    return [
+        kyma_id
+        for kyma_id, owner, until in found
+        if Kyma.objects.filter(id=kyma_id, lease_owner=owner, lease_until=until).update(
+            lease_owner="", lease_until=None
+        )
+    ]
 
 
 def lease_release_unreleased() -> None:
