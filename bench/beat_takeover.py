@@ -115,7 +115,7 @@ def main() -> None:
     parser.add_argument("--lease", type=float, default=10.0, help="BEAT_LEASE_SECONDS")
     parser.add_argument("--poll", type=float, default=1.0, help="BEAT_STANDBY_POLL")
     parser.add_argument("--sweep", type=float, default=2.0, help="RECONCILE_SWEEP_INTERVAL")
-    args = parse_args(parser, smoke={"kills": 2, "lease": 3.0, "poll": 0.5, "sweep": 1.0})
+    args = parse_args(parser, smoke={"kills": 1, "lease": 3.0, "poll": 0.5, "sweep": 1.0})
     print(
         f"broker: {os.environ.get('CELERY_BROKER_URL', 'filesystem')}; {args.beats} beats, lease "
         f"{args.lease:g} s, standby poll {args.poll:g} s, sweep every {args.sweep:g} s; {args.kills} kills"

@@ -9,10 +9,13 @@ listener's connections go to the other). Then, for ``--duration`` seconds:
 - a steady stream of runtime edits: every ``--edit-every`` seconds the Kyma inside a random
   runtime changes channel (regular <-> fast), as its user would;
 - every ``--kill-every`` seconds one role process chosen at random is killed with SIGKILL (its
-  whole process group: a pod lost) and started again at once;
+  whole process group: a pod lost) and started again at once; the leading beat only while the
+  other beat stands by (both beats lost at once leave no standby to take over: the takeover
+  then waits for a restart, on this machine up to a minute);
 - ``--outages`` times (evenly spread) Redis is stopped for a random 10-30 s (``--outage``) and
-  started again. No process is killed from an outage's start until 10 s after Redis is back, so
-  that the outage is measured on its own.
+  started again. No process is killed from an outage's start until 20 s after Redis is back (the
+  reconciles of the edits up to 10 s after it, which it measures, are done by then), so that the
+  outage is measured on its own.
 
 Then the edits stop and the fleet settles (at most ``--settle`` seconds), and it checks:
 
@@ -213,6 +216,7 @@ class Fleet:
         self.env = env
         self.ports = ports
         self.procs: dict[str, subprocess.Popen] = {}
+        self.log_start: dict[str, int] = {}
 
     def argv(self, name: str) -> tuple[list[str], dict[str, str]]:
         role, number = name.rsplit("-", 1)
@@ -230,8 +234,17 @@ class Fleet:
 
     def start(self, name: str) -> None:
         argv, extra = self.argv(name)
-        with open(state_dir() / f"{name}.log", "a") as log:
+        log_path = state_dir() / f"{name}.log"
+        self.log_start[name] = log_path.stat().st_size if log_path.exists() else 0
+        with open(log_path, "a") as log:
             self.procs[name] = spawn(argv, env={**self.env, **extra}, stdout=log, stderr=subprocess.STDOUT)
+
+    def standing_by(self, name: str) -> bool:
+        """Whether this beat, since its last start, stood by or led (it watches the lease)."""
+        with open(state_dir() / f"{name}.log", errors="replace") as log:
+            log.seek(self.log_start.get(name, 0))
+            since = log.read()
+        return "standing by; beat" in since or "leading since" in since
 
     def kill(self, name: str) -> None:
         proc = self.procs[name]
@@ -474,7 +487,7 @@ def run(host, kubelet, fleet: Fleet, args, rng: random.Random, outage_range: tup
                 time.sleep(args.edit_every)
             BROKER.start()
             outages.append((down, time.time()))
-            calm_until = time.monotonic() + 10
+            calm_until = time.monotonic() + 20
             continue
         if now >= next_edit:
             runtime = rng.choice(runtimes)
@@ -485,6 +498,10 @@ def run(host, kubelet, fleet: Fleet, args, rng: random.Random, outage_range: tup
         if now >= next_kill and now >= calm_until and takeover_watch is None:
             victim = rng.choice(list(fleet.procs))
             leading = fleet.leading_beat() == victim
+            other = "beat-2" if victim == "beat-1" else "beat-1"
+            if leading and not fleet.standing_by(other):
+                victim = rng.choice([name for name in fleet.procs if not name.startswith("beat")])
+                leading = False
             term = lease.term if leading and (lease := lease_current(LEASE_NAME)) else 0
             fleet.kill(victim)
             if leading:
