@@ -26,9 +26,10 @@ outlive its task: the process that claimed it died before it published (a listen
 mid-request), or a worker that held the task was killed (Redis gives its messages back only after
 the visibility timeout). Events meanwhile coalesce into the mark and are answered 200, so beat's
 sweep looks for such marks (:func:`reconcile_overdue_requeue`): a mark whose task was due
-``RECONCILE_OVERDUE_AFTER`` ago while the broker's queue is empty (a backlog is not a lost task)
-is claimed again for now and its task published anew; whichever of the two tasks starts first
-does the work.
+``RECONCILE_OVERDUE_AFTER`` ago, while the broker's queue holds fewer than
+:data:`OVERDUE_BACKLOG` messages (a long backlog delays tasks without losing them: no copies
+then), is claimed again for now and its task published anew; whichever of the two tasks starts
+first does the work, and a mark gets at most one copy per ``RECONCILE_OVERDUE_AFTER``.
 
 *Spacing.* A reconcile that starts records until when the next one of its Kyma is spaced
 (``RECONCILE_MIN_SPACING``; :func:`reconcile_spaced`, in the mark store): a runtime event
@@ -76,6 +77,10 @@ PERIODIC_REASON = "periodic"
 # A claim whose task is due this much later than asked was held back by the spacing: the runtime
 # keeps changing (its task is *busy*, see fleet.reconciler.run).
 BUSY_MARGIN = 0.01
+# With this many messages waiting or more, the workers are behind: an overdue mark's task is most
+# likely among them, and copies of thousands of tasks would only lengthen the backlog. (Beat's own
+# tasks and the reconciles of a busy fleet keep a few messages in the queue at most times.)
+OVERDUE_BACKLOG = 50
 
 
 def _publish(
@@ -191,12 +196,12 @@ def broker_queue_length() -> int:
 
 def reconcile_overdue_requeue(*, after: float, limit: int) -> list[int]:
     """Publish a task again for every mark whose task was due over ``after`` seconds ago and
-    did not start, while the broker's queue is empty (else the workers are behind, and the task
-    is on its way). Returns the Kymas queued again."""
+    did not start, unless the workers are far behind (:data:`OVERDUE_BACKLOG`). Returns the
+    Kymas queued again."""
     now = timezone.now()
     store = flags()
     overdue = store.overdue(now - dt.timedelta(seconds=after), limit)
-    if not overdue or broker_queue_length() > 0:
+    if not overdue or broker_queue_length() >= OVERDUE_BACKLOG:
         return []
     requeued = [kyma_id for kyma_id, eta in overdue if store.refresh(kyma_id, eta, now)]
     if requeued:

@@ -13,6 +13,7 @@ from django.utils import timezone
 from fleet import queue
 from fleet.models import Kyma, ReconcileRecord
 from fleet.queue import LeaseBusy, NoBusySlot, StoredChange, TooSoon
+from fleet.queue import requests as queue_requests
 from fleet.queue.marks import FULL, RedisFlags, flags
 from fleet.reconciler.run import BUSY_RETRY, BUSY_RETRY_MAX, BUSY_SLOTS, busy_wait, kyma_reconcile_run
 from fleet.services.modules import syncresource_save
@@ -89,14 +90,15 @@ def test_given_a_reconcile_that_died_holding_its_lease_when_beat_sweeps_then_its
     assert reconcile_due() == 0  # taken back once
 
 
-def test_given_a_backlog_in_the_queue_then_overdue_marks_wait_for_their_task(task_queue):
-    late, waiting = KymaFactory(), KymaFactory()
+def test_given_a_backlog_in_the_queue_then_overdue_marks_wait_for_their_task(task_queue, monkeypatch):
+    monkeypatch.setattr(queue_requests, "OVERDUE_BACKLOG", 2)  # (a backlog of 50 tasks, scaled down)
+    late, *waiting = KymaFactory(), KymaFactory(), KymaFactory()
     task_queue()
     long_ago = timezone.now() - dt.timedelta(seconds=50)
     flags().claim([late.pk], long_ago, long_ago)
-    queue.request([waiting.pk], reason="t")  # a task in the queue: the workers are behind
+    queue.request([kyma.pk for kyma in waiting], reason="t")  # the workers are behind
     assert queue.requeue_overdue(after=30, limit=100) == []
-    assert [task.args for task in task_queue()] == [[waiting.pk]]
+    assert sorted(task.args[0] for task in task_queue()) == sorted(kyma.pk for kyma in waiting)
 
 
 def test_given_broker_down_when_requested_then_error_and_claim_is_released(broker_down):
