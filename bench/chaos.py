@@ -13,9 +13,10 @@ listener's connections go to the other). Then, for ``--duration`` seconds:
   other beat stands by (both beats lost at once leave no standby to take over: the takeover
   then waits for a restart, on this machine up to a minute);
 - ``--outages`` times (evenly spread) Redis is stopped for a random 10-30 s (``--outage``) and
-  started again. No process is killed from an outage's start until 20 s after Redis is back (the
-  reconciles of the edits up to 10 s after it, which it measures, are done by then), so that the
-  outage is measured on its own.
+  started again (``--broker rabbitmq``: a RabbitMQ node of its own instead). No process is
+  killed from an outage's start until 20 s after the broker is back (the reconciles of the edits
+  up to 10 s after it, which it measures, are done by then), so that the outage is measured on
+  its own.
 
 Then the edits stop and the fleet settles (at most ``--settle`` seconds), and it checks:
 
@@ -134,7 +135,78 @@ class RedisServer:
             self.proc = None
 
 
-BROKER = RedisServer(Path(tempfile.mkdtemp(prefix="bench-chaos-redis-")))
+class RabbitNode:
+    """A RabbitMQ node of this benchmark's own (``--broker rabbitmq``): its own ports, epmd,
+    cookie and data directory; stopping it is a broker outage like stopping Redis."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.name = f"chaos{os.getpid()}@localhost"
+        self.env = {
+            **os.environ,
+            "HOME": str(directory),
+            "RABBITMQ_NODENAME": self.name,
+            "RABBITMQ_NODE_PORT": str(self.port),
+            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_DIST_PORT": str(free_port()),
+            "ERL_EPMD_PORT": str(free_port()),
+            "RABBITMQ_MNESIA_BASE": str(directory / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(directory / "log"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(directory / "enabled_plugins"),
+            "RABBITMQ_CONFIG_FILE": str(directory / "rabbitmq"),
+        }
+        (directory / "enabled_plugins").write_text("[].\n")
+        # Celery holds ETA tasks unacknowledged in the worker: no 30-minute consumer timeout here.
+        (directory / "rabbitmq.conf").write_text("consumer_timeout = 86400000\n")
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.port}//"
+
+    def answers(self) -> bool:
+        with socket.socket() as sock:
+            sock.settimeout(1)
+            try:
+                sock.connect(("127.0.0.1", self.port))
+                sock.sendall(b"AMQP\x00\x00\x09\x01")
+                return len(sock.recv(8)) > 0
+            except OSError:
+                return False
+
+    def start(self) -> None:
+        # (Debian's /usr/sbin wrappers switch to the rabbitmq user and drop this environment)
+        server = next(
+            (p for p in ("/usr/lib/rabbitmq/bin/rabbitmq-server",) if Path(p).exists()),
+            shutil.which("rabbitmq-server") or "rabbitmq-server",
+        )
+        with open(self.directory / "server.log", "a") as log:
+            self.proc = spawn([server], env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 120
+        while not self.answers():
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise RuntimeError(f"rabbitmq-server did not answer (see {self.directory / 'server.log'})")
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            control = "/usr/lib/rabbitmq/bin/rabbitmqctl"
+            subprocess.run(
+                [control if Path(control).exists() else "rabbitmqctl", "-n", self.name, "stop"],
+                env=self.env,
+                capture_output=True,
+                timeout=60,
+                check=False,
+            )
+            stop_processes([self.proc], timeout=20)
+            self.proc = None
+
+
+_CHOSEN = sys.argv[sys.argv.index("--broker") + 1] if "--broker" in sys.argv[:-1] else "redis"
+_BROKER_DIR = Path(tempfile.mkdtemp(prefix=f"bench-chaos-{_CHOSEN}-"))
+BROKER = RabbitNode(_BROKER_DIR) if _CHOSEN == "rabbitmq" else RedisServer(_BROKER_DIR)
 os.environ["CELERY_BROKER_URL"] = BROKER.url  # (started below, once the run is set up)
 os.environ.setdefault("WATCHER_SILENT_AFTER", "3600")
 setup_django("chaos")
@@ -370,6 +442,12 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=240, help="longest wait for the fleet to converge")
     parser.add_argument("--visibility", type=int, default=600, help="CELERY_VISIBILITY_TIMEOUT of the roles")
     parser.add_argument("--seed", type=int, default=None, help="random seed (kills, edits, outages)")
+    parser.add_argument(
+        "--broker",
+        choices=["redis", "rabbitmq"],
+        default="redis",
+        help="the broker of the run, a server of its own (queue marks: Redis with redis, else the database)",
+    )
     args = parse_args(
         parser,
         smoke={
