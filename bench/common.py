@@ -1,11 +1,25 @@
-"""Shared set-up of the benchmarks: Django on a database of their own, timing and printing.
+"""Shared set-up of the benchmarks: Django on a database of their own, processes, timing, printing.
 
 Benchmarks use ``.state/bench`` (SQLite) unless ``BENCH_DATABASE_URL`` names another database;
 they delete and re-create the objects they need there, so never point it at real data.
+
+Processes: a benchmark starts its servers and workers with :func:`spawn` (each in a session of
+its own) and stops them with :func:`stop_processes`, which never raises and ends with SIGKILL
+whatever did not stop in time. Whatever happens (the benchmark fails, is interrupted with
+Ctrl-C, gets SIGTERM or SIGHUP), on the way out every process it started is stopped: those
+:func:`spawn` started, and every other process carrying this run's ``CONTROLPLANE_BENCH_RUN``
+mark in its environment (children of children, in sessions of their own). The smoke test
+(``tests/bench/test_smoke.py``) runs each benchmark with ``--smoke`` and looks for that mark
+afterwards: a benchmark that leaves a process behind fails there.
+
+``--smoke`` (:func:`parse_args`): every benchmark runs in seconds with tiny sizes, to show that
+it still works and prints its closing line; its figures mean nothing.
 """
 
 from __future__ import annotations
 
+import argparse
+import atexit
 import contextlib
 import os
 import secrets
@@ -16,23 +30,107 @@ import statistics
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from cryptography.fernet import Fernet
 
 ROOT = Path(__file__).resolve().parent.parent
+# Every process of one benchmark run carries this mark in its environment (inherited).
+RUN_MARK = "CONTROLPLANE_BENCH_RUN"
+_started: list[subprocess.Popen] = []
 
 
-def _exit_on_sigterm(signum: int, frame: object) -> None:
+def _exit_on_signal(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
+def parse_args(parser: argparse.ArgumentParser, *, smoke: dict[str, Any]) -> argparse.Namespace:
+    """Parse the command line; with ``--smoke``, the options in ``smoke`` take those tiny values
+    (whatever else was given): the run takes seconds and only shows the benchmark still works."""
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny sizes: finishes in seconds, prints its closing line"
+    )
+    args = parser.parse_args()
+    if args.smoke:
+        for name, value in smoke.items():
+            setattr(args, name, value)
+    return args
+
+
+def spawn(
+    argv: list[str], *, env: dict | None = None, cwd: Path | str = ROOT, **popen: Any
+) -> subprocess.Popen:
+    """Start a process in a session of its own (its group is stopped whole), remembered so that it
+    is stopped when the benchmark ends, however it ends."""
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, start_new_session=True, **popen)
+    _started.append(proc)
+    return proc
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)
+
+
+def stop_processes(procs: list[subprocess.Popen], timeout: float = 20) -> None:
+    """SIGTERM each process (as Kubernetes does: the process stops its own children; a prefork
+    worker whose pool processes got the signal too hung in its warm shutdown), wait up to
+    ``timeout`` seconds for all of them, then SIGKILL their groups (what did not stop, and
+    children left behind by a parent that did). Never raises."""
+    for proc in procs:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for proc in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(max(0.0, deadline - time.monotonic()))
+    for proc in procs:
+        _signal_group(proc, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(5)
+        if proc in _started:
+            _started.remove(proc)
+
+
+def marked_processes(mark: str) -> list[int]:
+    """Processes (other than this one) whose environment carries ``RUN_MARK=mark``."""
+    needle = f"{RUN_MARK}={mark}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0"):
+            found.append(int(entry.name))
+    return found
+
+
+def _stop_everything() -> None:
+    """On the way out: stop what :func:`spawn` started, then anything else of this run."""
+    stop_processes(list(_started), timeout=10)
+    mark = os.environ.get(RUN_MARK)
+    if mark and Path("/proc").is_dir():
+        for pid in marked_processes(mark):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+
 def setup_django(name: str) -> None:
-    # A benchmark stopped with SIGTERM (kill, timeout) still runs its ``finally`` blocks, which stop
-    # the servers and workers it started in sessions of their own; left running, they kept taking
-    # tasks from the bench's broker database and CPU from the next run.
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    # A benchmark stopped with SIGTERM (kill, timeout) or SIGHUP still runs its ``finally`` blocks
+    # and the exit handler below, which stop the servers and workers it started in sessions of
+    # their own; left running, they kept taking tasks from the bench's broker database and CPU
+    # from the next run.
+    signal.signal(signal.SIGTERM, _exit_on_signal)
+    signal.signal(signal.SIGHUP, _exit_on_signal)
+    os.environ.setdefault(RUN_MARK, uuid.uuid4().hex)
+    atexit.register(_stop_everything)
     # The project's packages come first, and bench/ (the script's directory) goes: bench/fleet.py
     # would otherwise shadow the fleet app.
     here = Path(__file__).resolve().parent
@@ -143,9 +241,7 @@ def wait_port(port: int, proc: subprocess.Popen, timeout: float = 60) -> None:
 
 def start_listener(port: int, env: dict) -> subprocess.Popen:
     argv = [sys.executable, str(ROOT / "manage.py"), "serve", "listener", "--bind", f"127.0.0.1:{port}"]
-    return subprocess.Popen(
-        argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
-    )
+    return spawn(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
 def start_workers(
@@ -179,30 +275,61 @@ def start_workers(
             "-n",
             f"bench{number}@%h",
         ]
+        log = open(state_dir() / f"worker-{number}.log", "w")  # noqa: SIM115 - the child's output
         procs.append(
-            subprocess.Popen(
+            spawn(
                 argv,
-                cwd=ROOT,
                 # (Celery's CLI cannot tell an explicit --pool prefork from its default: the
                 # WORKER_POOL setting decides)
                 env={**os.environ, "WORKER_POOL": pool, **env},
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
+                stdout=log,
+                stderr=subprocess.STDOUT,
             )
         )
-    time.sleep(6)
+        log.close()
+    wait_for_workers(
+        {
+            f"bench{number}@{socket.gethostname()}": (proc, state_dir() / f"worker-{number}.log")
+            for number, proc in enumerate(procs)
+        }
+    )
     return procs
 
 
-def stop_processes(procs: list[subprocess.Popen]) -> None:
-    """SIGTERM each process group, then wait for all of them."""
-    for proc in procs:
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-    for proc in procs:
-        proc.wait(30)
+def wait_for_workers(workers: dict[str, tuple[subprocess.Popen, Path]], timeout: float = 90) -> None:
+    """Until every worker (node name: its process and log file) answers a ping, i.e. consumes; a
+    worker that exits first raises, with the end of its log."""
+    from controlplane.celery import app
+
+    deadline, waiting = time.monotonic() + timeout, set(workers)
+    while waiting and time.monotonic() < deadline:
+        for proc, log in workers.values():
+            if proc.poll() is not None:
+                said = log.read_text(errors="replace")[-3000:] if log.is_file() else ""
+                raise RuntimeError(f"a worker exited with {proc.returncode}:\n{said}")
+        for answer in app.control.ping(destination=sorted(waiting), timeout=0.5):
+            waiting -= set(answer)
+    if waiting:
+        raise TimeoutError(f"workers {sorted(waiting)} did not answer within {timeout:.0f} s")
+
+
+def state_dir() -> Path:
+    """This benchmark's state directory (its SQLite database, broker folder, process logs)."""
+    path = Path(os.environ["CONTROLPLANE_STATE_DIR"])
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def wait_for_line(path: Path, needle: str, proc: subprocess.Popen, timeout: float = 60) -> None:
+    """Until ``needle`` appears in the process's log file (it started), or it exits (raises)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if needle in path.read_text(errors="replace"):
+            return
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args[:6]} exited with {proc.returncode}:\n{path.read_text()[-3000:]}")
+        time.sleep(0.1)
+    raise TimeoutError(f"{path.name}: no {needle!r} after {timeout:.0f} s")
 
 
 class RawClient:

@@ -21,7 +21,7 @@ Goals: at rest p50 <= 30 ms and p99 <= 100 ms; under 200 events/s p99 <= 250 ms.
 is ``e2e: rest_p50_ms=X rest_p99_ms=Y load_p99_ms=Z``.
 
     BENCH_DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench \\
-    BENCH_BROKER_URL=redis://127.0.0.1:6379/15 python bench/e2e_latency.py [--samples 200]
+    BENCH_BROKER_URL=redis://127.0.0.1:6379/15 python bench/e2e_latency.py [--samples 200] [--smoke]
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from common import (
     database_label,
     free_port,
     klm_watcher,
+    parse_args,
     percentile,
     setup_django,
     start_listener,
@@ -275,7 +276,9 @@ def main() -> None:
     parser.add_argument("--load-kymas", type=int, default=10, help="runtimes sending background events")
     parser.add_argument("--load-rate", type=float, default=200, help="background WatchEvents per second")
     parser.add_argument("--workers", type=int, default=2, help="Celery worker processes")
-    args = parser.parse_args()
+    args = parse_args(
+        parser, smoke={"samples": 3, "runtimes": 1, "load_kymas": 1, "load_rate": 5.0, "workers": 1}
+    )
 
     reset()
     directory = Path(tempfile.mkdtemp(prefix="bench-e2e-"))

@@ -24,7 +24,7 @@ ratios compare rows measured over the same minutes.
 The database is SQLite under .state/bench-listener unless BENCH_DATABASE_URL is set; the broker is
 the filesystem one unless BENCH_BROKER_URL is set (e.g. redis://127.0.0.1:6379/15).
 
-    python bench/listener.py [--seconds 12] [--rounds 6] [--clients 4] [--threads 8] [--kymas 50]
+    python bench/listener.py [--seconds 12] [--rounds 6] [--clients 4] [--threads 8] [--kymas 50] [--smoke]
 """
 
 from __future__ import annotations
@@ -49,9 +49,12 @@ from common import (
     RawClient,
     database_label,
     free_port,
+    parse_args,
     percentile,
     setup_django,
+    spawn,
     start_listener,
+    stop_processes,
     wait_port,
 )
 
@@ -225,9 +228,7 @@ def serving(server: subprocess.Popen, port: int, warm_up: tuple | None = None) -
 
 
 def stop_server(server: subprocess.Popen) -> None:
-    if server.poll() is None:
-        server.terminate()
-        server.wait(20)
+    stop_processes([server])
 
 
 def clear_marks() -> None:
@@ -272,14 +273,7 @@ def start_hello(port: int, directory: Path, env: dict) -> subprocess.Popen:
         "--no-control-socket",
         "hello_app:application",
     ]
-    return subprocess.Popen(
-        argv,
-        cwd=directory,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    return spawn(argv, cwd=directory, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
 def start_drf(port: int, env: dict) -> subprocess.Popen:
@@ -297,9 +291,7 @@ def start_drf(port: int, env: dict) -> subprocess.Popen:
     drf_env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     config = ROOT / "deploy" / "gunicorn" / "listener.py"
     argv = [sys.executable, "-m", "gunicorn", "-c", str(config), "bench.listener_drf.wsgi:application"]
-    return subprocess.Popen(
-        argv, cwd=ROOT, env=drf_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
-    )
+    return spawn(argv, env=drf_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
 def report(label: str, result: dict) -> None:
@@ -320,7 +312,10 @@ def main() -> None:
     parser.add_argument("--kymas", type=int, default=50)
     parser.add_argument("--workers", default="2", help="listener gunicorn processes")
     parser.add_argument("--server-threads", default="8", help="threads per listener process")
-    args = parser.parse_args()
+    args = parse_args(
+        parser,
+        smoke={"seconds": 1.0, "rounds": 1, "clients": 1, "threads": 2, "kymas": 4, "workers": "1"},
+    )
 
     directory = Path(tempfile.mkdtemp(prefix="bench-listener-"))
     files = prepare(args.kymas, directory)

@@ -25,6 +25,7 @@ Goals: (a) p99 ≤ 1 s, (b) p99 ≤ 2 s, (c) p99 ≤ 200 ms. The last line is
     BENCH_DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench \\
     BENCH_BROKER_URL=redis://127.0.0.1:6379/15 python bench/module_chain.py
     python bench/module_chain.py --runtimes 2 --load-runtimes 4 --load-rate 5 --samples 10 --watches 10
+    python bench/module_chain.py --smoke
 """
 
 from __future__ import annotations
@@ -50,8 +51,10 @@ from common import (
     cpu_by_role,
     database_label,
     free_port,
+    parse_args,
     percentile,
     setup_django,
+    spawn,
     start_listener,
     start_workers,
     stop_processes,
@@ -441,16 +444,27 @@ def main() -> None:
         "--trace", action="store_true", help="also print where each edit's time went (polls the database)"
     )
     parser.add_argument("--min-spacing", type=float, default=1.0, help="RECONCILE_MIN_SPACING of the workers")
-    args = parser.parse_args()
+    args = parse_args(
+        parser,
+        smoke={
+            "samples": 2,
+            "runtimes": 1,
+            "load_runtimes": 2,
+            "load_rate": 2.0,
+            "watches": 2,
+            "rounds": 1,
+            "workers": 1,
+            "storm_samples": 1,
+        },
+    )
 
     reset()
     directory = Path(tempfile.mkdtemp(prefix="bench-module-chain-"))
     listener_port, web_port = free_port(), free_port()
     env = dict(os.environ, LISTENER_ACCESS_LOG="0", LISTENER_METRICS_BIND=f"127.0.0.1:{free_port()}")
     listener = start_listener(listener_port, env)
-    web = subprocess.Popen(
+    web = spawn(
         [sys.executable, str(ROOT / "manage.py"), "serve", "web", "--bind", f"127.0.0.1:{web_port}"],
-        cwd=ROOT,
         env=dict(
             env,
             WEB_ACCESS_LOG="0",
@@ -459,7 +473,6 @@ def main() -> None:
             MODULECONFIG_WATCH_PER_CREDENTIAL=str(args.watches + 8),
         ),
         stdout=subprocess.DEVNULL,
-        start_new_session=True,
     )
     wait_port(listener_port, listener)
     wait_port(web_port, web)
@@ -472,9 +485,8 @@ def main() -> None:
     key = api_token_create(user=User.objects.create_superuser("bench-manager", password=None), name="bench")[
         1
     ]
-    manager = subprocess.Popen(
+    manager = spawn(
         [sys.executable, str(ROOT / "sdk" / "examples" / "keda_manager.py")],
-        cwd=ROOT,
         env=dict(
             os.environ,
             KCP_API=f"http://127.0.0.1:{web_port}/api/v1",
@@ -484,7 +496,6 @@ def main() -> None:
         ),
         stdout=subprocess.DEVNULL,
         stderr=(directory / "manager.log").open("w") if args.trace else subprocess.DEVNULL,
-        start_new_session=True,
     )
     print(
         f"database: {database_label()}; broker: {os.environ.get('CELERY_BROKER_URL', 'filesystem')}; "

@@ -19,8 +19,12 @@ from celery.signals import task_prerun, worker_shutdown
 from django.db import close_old_connections, connections
 from kombu.transport import TRANSPORT_ALIASES
 
-# filesystem:// (the quickstart's broker) uses kombu's transport with atomic message files.
+from controlplane import probes  # noqa: F401 - the worker's side port starts on worker_init
+
+# filesystem:// (the quickstart's broker) uses kombu's transport with atomic message files; Redis
+# one that gives back what a worker held when the broker went away (controlplane/broker.py).
 TRANSPORT_ALIASES["filesystem"] = "controlplane.broker:Transport"
+TRANSPORT_ALIASES["redis"] = TRANSPORT_ALIASES["rediss"] = "controlplane.broker:RedisTransport"
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 

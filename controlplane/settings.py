@@ -306,12 +306,33 @@ CELERY_WORKER_TIMER_PRECISION: float = env.float("CELERY_WORKER_TIMER_PRECISION"
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = "UTC"
-CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# django-celery-beat's database scheduler, elected: any number of beats, one sends (controlplane/beat.py).
+CELERY_BEAT_SCHEDULER = "controlplane.beat:ElectedScheduler"
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_TASK_DEFAULT_QUEUE = "controlplane"
 # Publishing must fail fast (the listener answers 503) instead of hanging on a dead broker.
 CELERY_BROKER_CONNECTION_TIMEOUT: float = env.float("CELERY_BROKER_CONNECTION_TIMEOUT", default=2.0)
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2}
+# A worker outlives broker outages (controlplane/worker.py): it reconnects for ever, at most this
+# many seconds apart, and gives back what it held when the connection went (controlplane/broker.py).
+CELERY_WORKER_CONSUMER = "controlplane.worker:Consumer"
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+WORKER_RECONNECT_MAX: float = env.float("WORKER_RECONNECT_MAX", default=2.0)
+if WORKER_RECONNECT_MAX <= 0:
+    raise ImproperlyConfigured("WORKER_RECONNECT_MAX must be positive")
+# Running tasks go on when the connection is lost (their messages are queued again on reconnect;
+# a reconcile is idempotent and leased): Celery 6 would cancel them by default.
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
+
+# Beat's election: the leader renews its lease every third of BEAT_LEASE_SECONDS; a standby tries
+# to take it every BEAT_STANDBY_POLL seconds, so a killed leader is replaced within their sum.
+BEAT_LEASE_SECONDS: float = env.float("BEAT_LEASE_SECONDS", default=10.0)
+BEAT_STANDBY_POLL: float = env.float("BEAT_STANDBY_POLL", default=1.0)
+if not 0 < BEAT_STANDBY_POLL < BEAT_LEASE_SECONDS:
+    raise ImproperlyConfigured("BEAT_STANDBY_POLL must be positive and below BEAT_LEASE_SECONDS")
+# Side ports of the Celery roles (probes and metrics: controlplane/probes.py); empty: none.
+BEAT_METRICS_BIND: str = env.str("BEAT_METRICS_BIND", default="")
+WORKER_METRICS_BIND: str = env.str("WORKER_METRICS_BIND", default="")
 
 # --- Control plane ---------------------------------------------------------------------------
 
@@ -323,6 +344,10 @@ PUBLIC_URL: str = env.str("CONTROLPLANE_PUBLIC_URL", default=f"http://{WEB_BIND}
 
 # A queued-flag older than this is considered lost (its task vanished) and is claimed again.
 RECONCILE_QUEUED_TTL: int = env.int("RECONCILE_QUEUED_TTL", default=120)
+# A mark whose task was due this long ago and never started, while the broker's queue is empty,
+# lost its task (the process that claimed it, or the worker that held it, died): beat's sweep
+# queues the reconcile again (fleet/queue/requests.py).
+RECONCILE_OVERDUE_AFTER: float = env.float("RECONCILE_OVERDUE_AFTER", default=30)
 # How long one reconcile may hold a Kyma before another worker may take over.
 RECONCILE_LEASE_SECONDS: int = env.int("RECONCILE_LEASE_SECONDS", default=60)
 
@@ -416,6 +441,10 @@ if LISTENER_EVENT_MARGIN < 0 or (
         "queues waits that delay (set LISTENER_EVENT_MARGIN=0 to turn the margin off)"
     )
 LISTENER_EVENTS_KEPT: int = env.int("LISTENER_EVENTS_KEPT", default=100)
+# Seconds a 503 (queue or database away) asks the runtime watcher to wait before it retries.
+LISTENER_RETRY_AFTER: int = env.int("LISTENER_RETRY_AFTER", default=2)
+if LISTENER_RETRY_AFTER < 0:
+    raise ImproperlyConfigured("LISTENER_RETRY_AFTER must be 0 or more seconds")
 LISTENER_CACHE_SECONDS: float = env.float("LISTENER_CACHE_SECONDS", default=2.0)
 LISTENER_TLS_REFRESH: float = env.float("LISTENER_TLS_REFRESH", default=30.0)
 LISTENER_FORWARD_URL: str = env.str(

@@ -20,6 +20,8 @@ from fleet.services.housekeeping import prune_per_kyma
 from fleet.services.revisions import moduleconfig_deletions_prune
 
 log = logging.getLogger(__name__)
+# Longest wait between a reconcile's tries while the database is unavailable (seconds).
+DATABASE_RETRY_MAX = 5
 
 
 @shared_task(name="controlplane.kyma_reconcile", bind=True, acks_late=True, max_retries=None)
@@ -59,7 +61,13 @@ def kyma_reconcile(
         self.apply_async(args=[kyma_id], kwargs=kwargs, countdown=later.retry_after)
         return
     except OperationalError as exc:
-        raise self.retry(countdown=min(60, 2 ** min(self.request.retries, 6)), max_retries=20) from exc
+        # The database is away: retry soon and often (an outage is usually seconds), for about
+        # ten minutes; after that beat's sweep and the mark's expiry queue the Kyma again.
+        countdown = min(DATABASE_RETRY_MAX, 2 ** min(self.request.retries, 6))
+        log.warning(
+            "reconcile of Kyma %s: database unavailable (%s); retrying in %d s", kyma_id, exc, countdown
+        )
+        raise self.retry(countdown=countdown, max_retries=120) from exc
 
 
 @shared_task(name="controlplane.reconcile_due", acks_late=True, ignore_result=True)
@@ -68,6 +76,15 @@ def reconcile_due() -> int:
     queued = 0
     for batch in selectors.kyma_ids_due(limit=settings.RECONCILE_SWEEP_LIMIT):
         queued += len(queue.request(batch, reason=queue.PERIODIC_REASON, full=False))
+    # Marks whose task was lost (its publisher or its worker died): their events were answered.
+    queued += len(
+        queue.requeue_overdue(after=settings.RECONCILE_OVERDUE_AFTER, limit=settings.RECONCILE_SWEEP_LIMIT)
+    )
+    # Reconciles that died with their worker after they cleared their mark: a lease left to run out.
+    abandoned = queue.lease_abandoned_take(limit=settings.RECONCILE_SWEEP_LIMIT)
+    if abandoned:
+        log.warning("%d reconcile(s) died with their worker (lease ran out); queued again", len(abandoned))
+        queued += len(queue.request(abandoned, reason="lease-abandoned"))
     # Every few seconds: worth a line only when it queued something.
     log.log(logging.INFO if queued else logging.DEBUG, "periodic sweep: %d reconcile(s) queued", queued)
     return queued

@@ -10,7 +10,9 @@ Status codes, in the order they are decided: 404 (no such endpoint), 405 (not PO
 untrusted client certificate), 413 (body over 16 KiB), 400 (bad contract or component in the path),
 404 (no Watcher for the component), 400 (bad body), 403 (certificate not allowed for the runtime),
 503 (queue or database unavailable: the watcher retries), 200 (enqueued). Every answer is JSON
-with a Content-Length. Never a 500 on client input.
+with a Content-Length. Never a 500 on client input. A 503 says ``Retry-After:
+LISTENER_RETRY_AFTER`` (seconds): an outage of the broker or the database is expected to be
+short, and our runtime watcher then retries that soon instead of backing off for up to 30 s.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from collections.abc import Callable, Iterable
 from http import HTTPStatus
 from typing import Any
 
+from django.conf import settings
 from django.db import DatabaseError, close_old_connections
 
 from kernel.dberrors import database_unavailable
@@ -142,6 +145,13 @@ def route(environ: dict[str, Any]) -> tuple[str, Callable[[], dict[str, Any]]]:
 
 
 def handle(environ: dict[str, Any]) -> tuple[int, dict[str, Any], list[tuple[str, str]], str]:
+    status, body, headers, label = _answer(environ)
+    if status == 503:
+        headers = [*headers, ("Retry-After", f"{settings.LISTENER_RETRY_AFTER:g}")]
+    return status, body, headers, label
+
+
+def _answer(environ: dict[str, Any]) -> tuple[int, dict[str, Any], list[tuple[str, str]], str]:
     label = "-"
     try:
         label, handler = route(environ)

@@ -18,7 +18,17 @@ below the task module, the listener, the services, the jobs and beat, which all 
 
 from .changes import StoredChange, decode_all
 from .coverage import Coverage
-from .lease import LeaseKeeper, lease_acquire, lease_extend, lease_release, worker_id
+from .lease import (
+    LeaseKeeper,
+    hand_back_all,
+    handing_back,
+    lease_abandoned_take,
+    lease_acquire,
+    lease_extend,
+    lease_release,
+    lease_release_unreleased,
+    worker_id,
+)
 from .marks import Started, flags
 from .requests import (
     PERIODIC_REASON,
@@ -29,6 +39,9 @@ from .requests import (
 )
 from .requests import (
     kyma_reconcile_request_one as request_one,
+)
+from .requests import (
+    reconcile_overdue_requeue as requeue_overdue,
 )
 from .requests import (
     reconcile_queued as queued,
@@ -51,7 +64,7 @@ from .requests import (
 from .requests import (
     reconcile_started as started,
 )
-from .retry import MAX_HOLD, LeaseBusy, NoBusySlot, RetryLater, TooSoon, hold_for
+from .retry import MAX_HOLD, LeaseBusy, NoBusySlot, RetryLater, TooSoon, WorkerStopping, hold_for
 
 __all__ = [
     "MAX_HOLD",
@@ -65,17 +78,23 @@ __all__ = [
     "Started",
     "StoredChange",
     "TooSoon",
+    "WorkerStopping",
     "decode_all",
     "flags",
+    "hand_back_all",
+    "handing_back",
     "hold_for",
+    "lease_abandoned_take",
     "lease_acquire",
     "lease_extend",
     "lease_release",
+    "lease_release_unreleased",
     "queued",
     "rearm",
     "rearm_urgent",
     "request",
     "request_one",
+    "requeue_overdue",
     "spaced",
     "start",
     "start_urgent",

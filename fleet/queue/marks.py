@@ -127,6 +127,15 @@ class ReconcileFlags(Protocol):
 
     def queued_count(self) -> int: ...
 
+    def overdue(self, before: dt.datetime, limit: int) -> list[tuple[int, str]]:
+        """Marks whose task was due before ``before`` and has not started: (Kyma, the mark's ETA
+        as stored, to re-claim exactly that mark with :meth:`refresh`)."""
+
+    def refresh(self, kyma_id: int, eta: str, now: dt.datetime) -> bool:
+        """Move an overdue mark's ETA (as :meth:`overdue` returned it) to ``now`` and its expiry
+        to a full TTL from now, keeping what it says; False when it moved on meanwhile (its task
+        started, or another refresh took it)."""
+
 
 def _mark_lines(changes: Sequence[str], *, full: bool) -> list[str]:
     """The lines a new mark carries: the changes, and FULL once when the request is full."""
@@ -335,6 +344,17 @@ class DatabaseFlags:
     def queued_count(self) -> int:
         return Kyma.objects.filter(reconcile_queued_at__gte=timezone.now() - _ttl()).count()
 
+    def overdue(self, before: dt.datetime, limit: int) -> list[tuple[int, str]]:
+        rows = Kyma.objects.filter(reconcile_queued_at__lt=before).values_list("id", "reconcile_queued_at")[
+            :limit
+        ]
+        return [(kyma_id, _stamp(eta)) for kyma_id, eta in rows]
+
+    def refresh(self, kyma_id: int, eta: str, now: dt.datetime) -> bool:
+        return bool(
+            Kyma.objects.filter(id=kyma_id, reconcile_queued_at=_moment(eta)).update(reconcile_queued_at=now)
+        )
+
 
 # A mark is "<eta> <not before>" in Unix seconds ("0": none), then one line per change to check
 # (or FULL).
@@ -438,6 +458,18 @@ return 0
 """
 
 
+# Re-claim an overdue mark (KEYS[1]) whose ETA is still ARGV[1]: its ETA becomes ARGV[2] (now),
+# "not before" and the changes stay, and it lives ARGV[3] seconds more. 1 when it did.
+_REFRESH = """
+local value = redis.call('get', KEYS[1])
+if not value or string.sub(value, 1, #ARGV[1] + 1) ~= ARGV[1] .. ' ' then
+  return 0
+end
+redis.call('set', KEYS[1], ARGV[2] .. string.sub(value, #ARGV[1] + 1), 'EX', ARGV[3])
+return 1
+"""
+
+
 def _stamp(moment: dt.datetime) -> str:
     return f"{moment.timestamp():.6f}"
 
@@ -456,6 +488,7 @@ class RedisFlags:
         self._claim_one = self.client.register_script(_CLAIM_ONE)
         self._release = self.client.register_script(_RELEASE)
         self._claim_full = self.client.register_script(_CLAIM_FULL)
+        self._refresh = self.client.register_script(_REFRESH)
         # Concurrent claims (the listener's threads) share one pipelined round trip, on a
         # connection of their own: only the batch's leader uses it, one batch at a time.
         self._claims: GroupCommit[list, object] = GroupCommit(self._claim_batch)
@@ -609,6 +642,25 @@ class RedisFlags:
 
     def queued_count(self) -> int:
         return sum(1 for _ in self.client.scan_iter(match=self.key("*"), count=1000))
+
+    def overdue(self, before: dt.datetime, limit: int) -> list[tuple[int, str]]:
+        keys = list(self.client.scan_iter(match=self.key("*"), count=1000))
+        found: list[tuple[int, str]] = []
+        for start in range(0, len(keys), 1000):
+            chunk = keys[start : start + 1000]
+            for key, value in zip(chunk, self.client.mget(chunk), strict=True):
+                if not value:
+                    continue
+                eta = value.decode().split("\n", 1)[0].partition(" ")[0]
+                if float(eta) < before.timestamp():
+                    found.append((int(key.decode().rpartition(":")[2]), eta))
+                    if len(found) >= limit:
+                        return found
+        return found
+
+    def refresh(self, kyma_id: int, eta: str, now: dt.datetime) -> bool:
+        ttl = int(_ttl().total_seconds())
+        return bool(self._refresh(keys=[self.key(kyma_id)], args=[eta, _stamp(now), ttl]))
 
 
 @functools.cache

@@ -21,7 +21,15 @@ one waits beside the marked one. So a runtime-event storm, even one a manager an
 write, gets at most two reconciles per spacing.
 
 *Durability.* The claim is undone and :class:`QueueUnavailable` raised when the broker refuses the
-message, so a caller (the listener) can answer 503 and the sender retries.
+message, so a caller (the listener) can answer 503 and the sender retries. A mark can still
+outlive its task: the process that claimed it died before it published (a listener killed
+mid-request), or a worker that held the task was killed (Redis gives its messages back only after
+the visibility timeout). Events meanwhile coalesce into the mark and are answered 200, so beat's
+sweep looks for such marks (:func:`reconcile_overdue_requeue`): a mark whose task was due
+``RECONCILE_OVERDUE_AFTER`` ago, while the broker's queue holds fewer than
+:data:`OVERDUE_BACKLOG` messages (a long backlog delays tasks without losing them: no copies
+then), is claimed again for now and its task published anew; whichever of the two tasks starts
+first does the work, and a mark gets at most one copy per ``RECONCILE_OVERDUE_AFTER``.
 
 *Spacing.* A reconcile that starts records until when the next one of its Kyma is spaced
 (``RECONCILE_MIN_SPACING``; :func:`reconcile_spaced`, in the mark store): a runtime event
@@ -50,6 +58,7 @@ from collections.abc import Collection, Sequence
 from celery import current_app
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
+from kombu.exceptions import ChannelError
 from kombu.exceptions import OperationalError as KombuOperationalError
 from redis.exceptions import RedisError
 
@@ -68,6 +77,10 @@ PERIODIC_REASON = "periodic"
 # A claim whose task is due this much later than asked was held back by the spacing: the runtime
 # keeps changing (its task is *busy*, see fleet.reconciler.run).
 BUSY_MARGIN = 0.01
+# With this many messages waiting or more, the workers are behind: an overdue mark's task is most
+# likely among them, and copies of thousands of tasks would only lengthen the backlog. (Beat's own
+# tasks and the reconciles of a busy fleet keep a few messages in the queue at most times.)
+OVERDUE_BACKLOG = 50
 
 
 def _publish(
@@ -169,6 +182,39 @@ def _request(
         raise QueueUnavailable(f"the task queue is unavailable: {exc}") from exc
     log.debug("queued reconcile of %s (%s)", claimed + extra, reason)
     return [kyma_id for kyma_id in kyma_ids if kyma_id in won or kyma_id in set(extra)]
+
+
+def broker_queue_length() -> int:
+    """Messages waiting in the reconcile queue (not those workers hold)."""
+    name = current_app.conf.task_default_queue
+    with current_app.connection_for_read() as conn:
+        try:
+            return conn.default_channel.queue_declare(queue=name, passive=True).message_count
+        except ChannelError:  # never declared: nothing was ever queued there
+            return 0
+
+
+def reconcile_overdue_requeue(*, after: float, limit: int) -> list[int]:
+    """Publish a task again for every mark whose task was due over ``after`` seconds ago and
+    did not start, unless the workers are far behind (:data:`OVERDUE_BACKLOG`). Returns the
+    Kymas queued again."""
+    now = timezone.now()
+    store = flags()
+    overdue = store.overdue(now - dt.timedelta(seconds=after), limit)
+    if not overdue or broker_queue_length() >= OVERDUE_BACKLOG:
+        return []
+    requeued = [kyma_id for kyma_id, eta in overdue if store.refresh(kyma_id, eta, now)]
+    if requeued:
+        try:
+            _publish(requeued, 0.0, "requeued: its task was lost")
+        except (KombuOperationalError, OSError) as exc:
+            raise QueueUnavailable(f"the task queue is unavailable: {exc}") from exc
+        log.warning(
+            "queued again the reconcile of %d Kyma(s) whose task was due %g s ago and never started",
+            len(requeued),
+            after,
+        )
+    return requeued
 
 
 def kyma_reconcile_request_one(

@@ -51,3 +51,9 @@ class NoBusySlot(RetryLater):
 
     def __init__(self, retry_after: float, *, marked: bool = True) -> None:
         super().__init__(retry_after, "busy runtime, no slot free", marked=marked)
+
+
+class WorkerStopping(Exception):
+    """The worker received SIGTERM: a running reconcile stops at its next step and hands its Kyma
+    back (lease released, a task queued again) instead of holding the shutdown
+    (:func:`fleet.queue.lease.hand_back_all`)."""

@@ -127,6 +127,21 @@ def _space_next(kyma: Kyma, min_spacing: float, provisional: bool) -> None:
         queue.spaced(kyma.pk, None)
 
 
+def _hand_back(
+    kyma_id: int, kyma: Kyma | None, start: queue.Started, *, urgent: bool, marked: bool, why: str
+) -> None:
+    """The worker stops mid-reconcile: queue the Kyma again (raises RetryLater: the task is
+    published anew, this one acknowledged), unless another task of it is queued already; the
+    caller releases the lease. The reconcile is level-based: the next one finishes the work."""
+    name = f"{kyma.namespace}/{kyma.name}" if kyma is not None else f"Kyma {kyma_id}"
+    log.info("%s: %s; queued again", name, why)
+    retry = queue.rearm(kyma_id, 0.0, not_before=start.not_before, changes=start.changes) if marked else None
+    if retry is not None:
+        raise queue.RetryLater(retry, "handed back: the worker stops")
+    if urgent and queue.rearm_urgent(kyma_id):
+        raise queue.RetryLater(0.0, "handed back: the worker stops", marked=False)
+
+
 def _scope(start: queue.Started, reason: str) -> Scope:
     if start.full:
         return Scope.FULL
@@ -175,6 +190,7 @@ def kyma_reconcile_run(
     the status write releases the lease in the same UPDATE; the record is inserted without
     looking whether the Kyma still exists (the cleanup says when it deleted the row).
     """
+    queue.lease_release_unreleased()  # a reconcile that met a database outage held one
     if marked:
         start = queue.start(kyma_id)
     else:
@@ -255,6 +271,9 @@ def _run_started(
         released = outcome.lease_released
     except LeaseLost as exc:
         log.warning("%s; the new holder finishes the work", exc)
+        return
+    except queue.WorkerStopping as exc:
+        _hand_back(kyma_id, kyma, start, urgent=urgent, marked=marked, why=str(exc))
         return
     finally:
         if not released:

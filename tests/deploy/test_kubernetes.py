@@ -2,7 +2,7 @@
 
 Schema validity comes from kubernetes-validate's strict schemas (unknown fields are errors) for
 the Kubernetes version below; the cross-checks catch what a schema cannot: undocumented
-variables, a second beat, mismatched images, ports or names.
+variables, a role without a disruption budget, probes or spread, mismatched images, ports or names.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def test_built_objects_validate_strictly(built):
 
 
 def test_strict_validation_rejects_an_unknown_field():
-    (beat,) = load(BASE / "beat.yaml")
+    beat = next(doc for doc in load(BASE / "beat.yaml") if doc["kind"] == "Deployment")
     pod_spec(beat)["containers"][0]["imagePullPolcy"] = "Always"
     with pytest.raises(kubernetes_validate.ValidationError, match="imagePullPolcy"):
         kubernetes_validate.validate(beat, KUBERNETES_VERSION, strict=True)
@@ -160,10 +160,48 @@ def test_each_role_runs_its_documented_command(built):
         assert main_container(built, name)["command"][: len(command)] == command
 
 
-def test_beat_runs_exactly_once_and_is_never_doubled_during_a_rollout(built):
+def test_beat_runs_two_elected_replicas_rolled_one_at_a_time(built):
+    """A standby is always there to take over; a rolling update never has none (controlplane/beat.py
+    makes two beats safe: one leads, each tick is claimed once)."""
     beat = built[("Deployment", "controlplane-beat")]
-    assert beat["spec"]["replicas"] == 1
-    assert beat["spec"]["strategy"] == {"type": "Recreate"}
+    assert beat["spec"]["replicas"] >= 2
+    assert beat["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+
+
+ROLES = ("controlplane-web", "controlplane-listener", "controlplane-worker", "controlplane-beat")
+
+
+@pytest.mark.parametrize("name", ROLES)
+def test_every_role_has_a_disruption_budget_probes_and_spreads_over_nodes(built, name):
+    deployment = built[("Deployment", name)]
+    selector = deployment["spec"]["selector"]
+    budget = built[("PodDisruptionBudget", name)]["spec"]
+    assert budget["selector"] == selector
+    assert budget.get("minAvailable") == 1 or budget.get("maxUnavailable") == 1
+    container = main_container(built, name)
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert probe in container, f"{name} has no {probe}"
+    (spread,) = pod_spec(deployment)["topologySpreadConstraints"]
+    assert spread["topologyKey"] == "kubernetes.io/hostname"
+    assert spread["labelSelector"] == selector
+
+
+@pytest.mark.parametrize(
+    ("name", "setting"),
+    [("controlplane-worker", "WORKER_METRICS_BIND"), ("controlplane-beat", "BEAT_METRICS_BIND")],
+)
+def test_the_celery_roles_are_probed_on_their_side_port(built, name, setting):
+    """Liveness on /healthz (the process runs: an outage of the broker or the database restarts
+    nothing), readiness on /readyz (a beat: leader and standby alike)."""
+    container = main_container(built, name)
+    port = _port(container, "probes")
+    assert _env(container)[setting]["value"] == f"0.0.0.0:{port}"
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "probes"}
+    assert container["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "probes"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "probes"}
 
 
 def test_web_and_listener_run_at_least_two_replicas_with_a_disruption_budget(built):
@@ -278,7 +316,12 @@ def test_listener_probes_use_the_listener_port_or_the_metrics_health_endpoint(bu
 
 
 def test_prometheus_scrapes_a_port_that_serves_metrics(built):
-    for name, port in (("controlplane-web", 8000), ("controlplane-listener", 9102)):
+    for name, port in (
+        ("controlplane-web", 8000),
+        ("controlplane-listener", 9102),
+        ("controlplane-worker", 9103),
+        ("controlplane-beat", 9104),
+    ):
         template = built[("Deployment", name)]["spec"]["template"]
         annotations = template["metadata"]["annotations"]
         assert annotations["prometheus.io/scrape"] == "true"

@@ -88,6 +88,6 @@ def test_overlay_changes_image_replicas_and_site_settings_but_not_the_base_shape
     base, overlay = by_kind_name(build(BASE)), by_kind_name(build(OVERLAY))
     assert base.keys() == overlay.keys()
     assert main_container(overlay, "controlplane-web")["image"].startswith("registry.example.com/")
-    assert overlay[("Deployment", "controlplane-beat")]["spec"]["replicas"] == 1
+    assert overlay[("Deployment", "controlplane-beat")]["spec"]["replicas"] == 2
     assert config_data(overlay)["WATCHER_KCP_ADDR"] == "listener.kcp.example.org:443"
     assert config_data(overlay).keys() == config_data(base).keys()

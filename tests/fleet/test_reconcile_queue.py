@@ -13,10 +13,11 @@ from django.utils import timezone
 from fleet import queue
 from fleet.models import Kyma, ReconcileRecord
 from fleet.queue import LeaseBusy, NoBusySlot, StoredChange, TooSoon
+from fleet.queue import requests as queue_requests
 from fleet.queue.marks import FULL, RedisFlags, flags
 from fleet.reconciler.run import BUSY_RETRY, BUSY_RETRY_MAX, BUSY_SLOTS, busy_wait, kyma_reconcile_run
 from fleet.services.modules import syncresource_save
-from fleet.tasks import kyma_reconcile
+from fleet.tasks import kyma_reconcile, reconcile_due
 from kernel.errors import QueueUnavailable
 from tests.factories import KymaFactory, SyncResourceFactory
 
@@ -48,6 +49,56 @@ def test_given_a_mark_whose_task_was_lost_when_its_ttl_passed_then_it_is_claimed
     assert queue.request([kyma.pk], reason="t") == []
     time.sleep(1.1)
     assert queue.request([kyma.pk], reason="t") == [kyma.pk]
+
+
+def test_given_a_mark_whose_task_was_lost_when_beat_sweeps_then_its_reconcile_is_queued_again_once(
+    task_queue,
+):
+    """The process that claimed the mark died before it published (or the worker holding the
+    task died): events meanwhile were answered as covered. Beat's sweep finds the mark overdue
+    while the queue is empty and queues the reconcile again, keeping what the mark says."""
+    kyma = KymaFactory()
+    task_queue()
+    change = StoredChange("v1", "ConfigMap", "kyma-system", "c", "UPDATE", "u-1", "7").encode()
+    long_ago = timezone.now() - dt.timedelta(seconds=50)
+    assert flags().claim([kyma.pk], long_ago, long_ago, [change]) == [kyma.pk]  # its task: lost
+    assert queue.requeue_overdue(after=30, limit=100) == [kyma.pk]
+    [task] = task_queue()
+    assert (task.name, task.args) == (queue.RECONCILE_TASK, [kyma.pk])
+    assert queue.requeue_overdue(after=30, limit=100) == []  # the mark is fresh again: once
+    assert task_queue() == []
+    assert queue.start(kyma.pk).changes == (change,)
+
+
+def test_given_a_reconcile_that_died_holding_its_lease_when_beat_sweeps_then_its_kyma_is_queued_again(
+    task_queue,
+):
+    """A worker SIGKILLed mid-reconcile: its task had cleared the mark, the lease runs out
+    unreleased. Beat's sweep takes it back and queues the Kyma again; a live lease is left alone."""
+    dead, busy = KymaFactory(), KymaFactory()
+    later = timezone.now() + dt.timedelta(minutes=5)
+    Kyma.objects.filter(pk__in=[dead.pk, busy.pk]).update(next_reconcile_at=later)
+    Kyma.objects.filter(pk=dead.pk).update(
+        lease_owner="host:999:1", lease_until=timezone.now() - dt.timedelta(seconds=1)
+    )
+    assert queue.lease_acquire(busy.pk, owner="host:123:1")
+    task_queue()
+    assert reconcile_due() == 1
+    assert [(task.name, task.args) for task in task_queue()] == [(queue.RECONCILE_TASK, [dead.pk])]
+    assert Kyma.objects.get(pk=dead.pk).lease_owner == ""
+    assert Kyma.objects.get(pk=busy.pk).lease_owner == "host:123:1"
+    assert reconcile_due() == 0  # taken back once
+
+
+def test_given_a_backlog_in_the_queue_then_overdue_marks_wait_for_their_task(task_queue, monkeypatch):
+    monkeypatch.setattr(queue_requests, "OVERDUE_BACKLOG", 2)  # (a backlog of 50 tasks, scaled down)
+    late, *waiting = KymaFactory(), KymaFactory(), KymaFactory()
+    task_queue()
+    long_ago = timezone.now() - dt.timedelta(seconds=50)
+    flags().claim([late.pk], long_ago, long_ago)
+    queue.request([kyma.pk for kyma in waiting], reason="t")  # the workers are behind
+    assert queue.requeue_overdue(after=30, limit=100) == []
+    assert sorted(task.args[0] for task in task_queue()) == sorted(kyma.pk for kyma in waiting)
 
 
 def test_given_broker_down_when_requested_then_error_and_claim_is_released(broker_down):

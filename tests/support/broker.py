@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from queue import Empty
 from typing import Any
 
@@ -18,6 +18,7 @@ class QueuedTask:
     name: str
     args: list[Any]
     kwargs: dict[str, Any]
+    headers: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 def drain_tasks() -> list[QueuedTask]:
@@ -32,7 +33,9 @@ def drain_tasks() -> list[QueuedTask]:
                 except Empty:
                     break
                 body = message.body if isinstance(message.body, list) else json.loads(message.body)
-                found.append(QueuedTask(message.headers["task"], list(body[0]), dict(body[1])))
+                found.append(
+                    QueuedTask(message.headers["task"], list(body[0]), dict(body[1]), dict(message.headers))
+                )
                 message.ack()
         finally:
             queue.close()

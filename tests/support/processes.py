@@ -51,9 +51,9 @@ def process_env(**extra: str) -> dict[str, str]:
 class Process:
     """A child process whose recent output is kept for failure messages."""
 
-    def __init__(self, name: str, argv: list[str], env: dict[str, str]) -> None:
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], *, keep: int = 300) -> None:
         self.name = name
-        self.lines: collections.deque[str] = collections.deque(maxlen=300)
+        self.lines: collections.deque[str] = collections.deque(maxlen=keep)
         self.proc = subprocess.Popen(
             argv,
             cwd=ROOT,

@@ -50,6 +50,18 @@ class KcpError(Exception):
 class KcpResponse:
     status: int
     body: bytes
+    # Seconds the listener asked the client to wait before retrying (``Retry-After`` on a 503 or
+    # 429, in delta-seconds), if it said.
+    retry_after: float | None = None
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """A ``Retry-After`` header's delta-seconds (an HTTP date or junk: ``None``)."""
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and 0 <= seconds < float("inf") else None
 
 
 def _classify(exc: BaseException) -> str:
@@ -136,7 +148,7 @@ class KcpClient:
         # An unread (oversized) answer leaves the stream unusable; otherwise honour Connection: close.
         if not response.isclosed() or response.will_close or not self._keep_alive:
             self.close()
-        return KcpResponse(response.status, data)
+        return KcpResponse(response.status, data, retry_after_seconds(response.getheader("Retry-After")))
 
     def post(self, path: str, body: bytes) -> KcpResponse:
         """Send one request; raises :class:`KcpError` when no HTTP response was received."""

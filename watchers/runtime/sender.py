@@ -8,7 +8,10 @@ Delivery semantics (the admission message "kcp request succeeded" means *accepte
   (``backoff_initial`` doubling up to ``backoff_max``, times a random factor in [0.5, 1]); the
   first success resets it. Pausing everything, not just one event, is deliberate: all events go to
   the same listener, and hammering a struggling control plane from every runtime at once is what
-  backoff is meant to avoid.
+  backoff is meant to avoid. When the listener says how long to wait (``Retry-After`` on a 503 or
+  429: its queue or database is briefly away), that wait replaces the backoff, spread over
+  [1, 1.5] times it and never beyond ``backoff_max``: the events of an outage are sent again
+  seconds after the control plane is back, not up to ``backoff_max`` later.
 * Events are only dropped when the queue is full at admission time, or when they are still queued
   after the shutdown flush timeout.
 
@@ -40,6 +43,8 @@ HEARTBEAT_PATH = "/watcher/heartbeat"
 # Answers that will not change on a retry: the request itself is wrong for this listener. (401 and
 # 403 are retried: a renewed certificate, re-read from the files, can fix them.)
 PERMANENT_STATUSES = frozenset({400, 404, 405, 410, 413, 422})
+# Answers whose Retry-After says when the listener expects to take the request again.
+RETRY_AFTER_STATUSES = frozenset({429, 503})
 
 
 def backoff_delay(
@@ -54,6 +59,13 @@ def backoff_delay(
         return 0.0
     cap = min(maximum, initial * (2 ** min(failures - 1, 60)))
     return cap * (0.5 + 0.5 * rand())
+
+
+def asked_delay(retry_after: float, maximum: float, rand: Callable[[], float] = random.random) -> float:
+    """Delay before the next attempt when the listener said ``Retry-After``: at least that, spread
+    up to half again so that many runtimes do not all come back in the same instant, and never
+    beyond ``maximum``."""
+    return min(maximum, retry_after * (1 + 0.5 * rand()))
 
 
 def rfc3339(moment: dt.datetime) -> str:
@@ -186,7 +198,8 @@ class Sender:
             return
         if response.status != 200:
             detail = f"status {response.status}: {response.body[:200].decode('utf-8', 'replace')}"
-            self._failed(entry, f"http-{response.status}", REASON_FAILED_REQUEST, detail)
+            asked = response.retry_after if response.status in RETRY_AFTER_STATUSES else None
+            self._failed(entry, f"http-{response.status}", REASON_FAILED_REQUEST, detail, retry_after=asked)
             return
         self.queue.complete(entry, delivered=True)
         with self._lock:
@@ -223,14 +236,26 @@ class Sender:
             name=entry.item.event.name,
         )
 
-    def _failed(self, entry: Entry, reason: str, upstream_reason: str, detail: str) -> None:
+    def _failed(
+        self,
+        entry: Entry,
+        reason: str,
+        upstream_reason: str,
+        detail: str,
+        *,
+        retry_after: float | None = None,
+    ) -> None:
         self.queue.complete(entry, delivered=False)
         with self._lock:
             self.failed += 1
         self._metrics.events_failed.labels(reason=reason).inc()
         self._metrics.failed_kcp.labels(error_reason=upstream_reason).inc()
         self._failures += 1
-        delay = backoff_delay(self._failures, *self._backoff)
+        delay = (
+            backoff_delay(self._failures, *self._backoff)
+            if retry_after is None
+            else asked_delay(retry_after, self._backoff[1])
+        )
         self._resume_at = time.monotonic() + delay
         log_event(
             logger,

@@ -61,7 +61,10 @@ class Command(BaseCommand):
             env["WEB_BIND" if role == "web" else "LISTENER_BIND"] = _check_bind(options["bind"])
         if role == "listener":
             env.update(prepare_listener_tls())
-        metrics_dir = settings.STATE_DIR / "prometheus" / role
+        bind = env["WEB_BIND" if role == "web" else "LISTENER_BIND"]
+        # One directory per instance: replicas on one host (manage.py up --replicas) must not
+        # clear each other's metrics files.
+        metrics_dir = settings.STATE_DIR / "prometheus" / f"{role}-{bind.rpartition(':')[2]}"
         shutil.rmtree(metrics_dir, ignore_errors=True)
         metrics_dir.mkdir(parents=True)
         env.setdefault("PROMETHEUS_MULTIPROC_DIR", str(metrics_dir))

@@ -5,6 +5,11 @@ that ``up`` owns: Ctrl-C, SIGTERM or SIGHUP (or any role exiting) stops them all
 ``up`` even if it is killed. One ``up`` per state directory, and busy ports are named before
 anything starts (``controlplane.ownership``). This is for one machine; production runs each role on
 its own (README).
+
+Any role may run more than once (``--replicas N`` for all four, ``--scale ROLE=N`` for one), as in
+production: the n-th web and listener replica listen on the configured port plus n - 1 (the
+listener's metrics port too), workers get node names of their own, and beats elect a leader
+(``controlplane.beat``). Output lines are prefixed ``web-1``, ``web-2``, ...
 """
 
 from __future__ import annotations
@@ -37,43 +42,97 @@ COLOURS = ["\033[36m", "\033[35m", "\033[33m", "\033[32m", "\033[34m", "\033[31m
 RESET = "\033[0m"
 
 
-def roles(*, demo: bool) -> list[tuple[str, list[str]]]:
+REPLICATED = ("web", "listener", "worker", "beat")
+
+
+def shifted(bind: str, by: int) -> str:
+    """``HOST:PORT`` with the port ``by`` higher (the address of a further replica)."""
+    host, _, port = bind.rpartition(":")
+    return f"{host}:{int(port) + by}"
+
+
+def parse_scale(values: list[str], replicas: int) -> dict[str, int]:
+    """``--replicas N`` for every replicated role, then ``--scale ROLE=N`` for one."""
+    if replicas < 1:
+        raise CommandError("--replicas must be at least 1")
+    scale = dict.fromkeys(REPLICATED, replicas)
+    for value in values:
+        role, sep, count = value.partition("=")
+        if not sep or role not in REPLICATED or not count.isdigit() or int(count) < 1:
+            raise CommandError(
+                f"--scale takes ROLE=N with ROLE one of {', '.join(REPLICATED)} and N >= 1, got {value!r}"
+            )
+        scale[role] = int(count)
+    return scale
+
+
+Role = tuple[str, list[str], dict[str, str]]
+
+
+def roles(*, demo: bool, scale: dict[str, int] | None = None) -> list[Role]:
+    """(name, argv, environment overrides) of every process ``up`` starts."""
+    scale = {**dict.fromkeys(REPLICATED, 1), **(scale or {})}
     python = sys.executable
     manage = [python, str(settings.BASE_DIR / "manage.py")]
     celery = [python, "-m", "celery", "-A", "controlplane"]
-    found = [
-        ("web", [*manage, "serve", "web"]),
-        ("listener", [*manage, "serve", "listener"]),
-        (
-            "worker",
-            [
-                *celery,
-                "worker",
-                "--loglevel",
-                "INFO",
-                "--pool",
-                settings.CELERY_WORKER_POOL,
-                "--concurrency",
-                str(settings.CELERY_WORKER_CONCURRENCY),
-            ],
-        ),
-        ("beat", [*celery, "beat", "--loglevel", "INFO"]),
+    found: list[Role] = []
+
+    def replicas(role: str) -> list[tuple[str, int]]:
+        count = scale[role]
+        return [(role if count == 1 else f"{role}-{n + 1}", n) for n in range(count)]
+
+    for name, n in replicas("web"):
+        found.append((name, [*manage, "serve", "web", "--bind", shifted(settings.WEB_BIND, n)], {}))
+    for name, n in replicas("listener"):
+        bind = shifted(settings.LISTENER_BIND, n)
+        metrics = shifted(settings.LISTENER_METRICS_BIND, n)
+        found.append(
+            (name, [*manage, "serve", "listener", "--bind", bind], {"LISTENER_METRICS_BIND": metrics})
+        )
+    worker = [
+        *celery,
+        "worker",
+        "--loglevel",
+        "INFO",
+        "--pool",
+        settings.CELERY_WORKER_POOL,
+        "--concurrency",
+        str(settings.CELERY_WORKER_CONCURRENCY),
     ]
+    for name, _ in replicas("worker"):
+        found.append((name, [*worker, "-n", f"{name}@%h"] if scale["worker"] > 1 else worker, {}))
+    for name, _ in replicas("beat"):
+        found.append((name, [*celery, "beat", "--loglevel", "INFO"], {}))
     if demo:
-        found.append(("runtimes", [*manage, "demo"]))
-        found.append(("manager", [*manage, "demo_manager"]))  # the SDK's example keda manager
+        found.append(("runtimes", [*manage, "demo"], {}))
+        found.append(("manager", [*manage, "demo_manager"], {}))  # the SDK's example keda manager
+    return found
+
+
+def binds(commands: list[Role]) -> dict[str, str]:
+    """Every address the processes will listen on, by a name for people."""
+    found = {}
+    for name, argv, env in commands:
+        of = "" if name in REPLICATED else f" of {name}"
+        if "--bind" in argv:
+            setting = "LISTENER_BIND" if "listener" in argv else "WEB_BIND"
+            found[f"{setting}{of}"] = argv[argv.index("--bind") + 1]
+        if "LISTENER_METRICS_BIND" in env:
+            found[f"LISTENER_METRICS_BIND{of}"] = env["LISTENER_METRICS_BIND"]
     return found
 
 
 class Supervisor:
     """Starts the role processes, prefixes their output, and stops all of them together."""
 
-    def __init__(self, commands: list[tuple[str, list[str]]], out: Any) -> None:
-        self.commands = commands
+    def __init__(self, commands: list[tuple[str, list[str]]] | list[Role], out: Any) -> None:
+        self.commands = [
+            (command[0], command[1], command[2] if len(command) > 2 else {}) for command in commands
+        ]
         self.out = out
         self.procs: dict[str, subprocess.Popen] = {}
         self.lock = threading.Lock()
-        self.width = max(len(name) for name, _ in commands)
+        self.width = max(len(name) for name, _, _ in self.commands)
         self.pgid = 0
         self.watchdog: Watchdog | None = None
 
@@ -96,14 +155,14 @@ class Supervisor:
         ``up`` alone and ``up`` decides how everything stops); each role dies with ``up``."""
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         preexec = die_with_parent()
-        for name, argv in self.commands:
+        for name, argv, overrides in self.commands:
             self.procs[name] = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,
-                env=env,
+                env={**env, **overrides},
                 process_group=self.pgid or 0,
                 preexec_fn=preexec,
             )
@@ -167,9 +226,24 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--no-demo", action="store_true", help="do not start simulated runtimes")
+        parser.add_argument(
+            "--replicas",
+            type=int,
+            default=1,
+            help="run web, listener, worker and beat this many times each (ports counted up from "
+            "WEB_BIND, LISTENER_BIND, LISTENER_METRICS_BIND; the beats elect one)",
+        )
+        parser.add_argument(
+            "--scale",
+            action="append",
+            default=[],
+            metavar="ROLE=N",
+            help="run one role N times (after --replicas), e.g. --scale worker=3",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         demo = not options["no_demo"]
+        scale = parse_scale(options["scale"], options["replicas"])
         if demo and not apps.is_installed("demo"):
             raise CommandError(f"{MISSING}; or start without them: manage.py up --no-demo")
         urls = {
@@ -186,13 +260,8 @@ class Command(BaseCommand):
                 f"admin {held.get('admin', '?')}, listener {held.get('listener', '?')}): "
                 "stop it first, or give this one another CONTROLPLANE_STATE_DIR"
             ) from None
-        busy = bind_problems(
-            {
-                "WEB_BIND": settings.WEB_BIND,
-                "LISTENER_BIND": settings.LISTENER_BIND,
-                "LISTENER_METRICS_BIND": settings.LISTENER_METRICS_BIND,
-            }
-        )
+        commands = roles(demo=demo, scale=scale)
+        busy = bind_problems(binds(commands))
         if busy:
             raise CommandError(
                 f"cannot listen on {'; '.join(busy)}: stop what uses it or set another address"
@@ -201,22 +270,33 @@ class Command(BaseCommand):
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             # Set explicitly: under nohup or a script's `&` SIGINT arrives ignored.
             signal.signal(sig, lambda *_: stopping.set())
-        commands = roles(demo=demo)
         supervisor = Supervisor(commands, self.stdout._out)
         exited = None
         try:
             self.stdout.write(self.style.SUCCESS(f"Starting the control plane (PID {os.getpid()}):"))
             self.stdout.write(f"  admin      {settings.PUBLIC_URL}/admin/")
+            for name, argv, _ in commands[1 : scale["web"]]:
+                self.stdout.write(f"             http://{argv[argv.index('--bind') + 1]}/admin/  ({name})")
             self.stdout.write(
                 f"  API        {settings.PUBLIC_URL}/api/v1/   (docs: {settings.PUBLIC_URL}/api/docs/)"
             )
             self.stdout.write(
                 f"  health     {settings.PUBLIC_URL}/readyz   metrics: {settings.PUBLIC_URL}/metrics"
             )
-            self.stdout.write(
-                f"  listener   https://{settings.LISTENER_BIND}/v2/<component>/event  (mutual TLS; "
-                f"metrics http://{settings.LISTENER_METRICS_BIND}/metrics)"
-            )
+            listeners = [command for command in commands if command[0].startswith("listener")]
+            for name, argv, env in listeners:
+                self.stdout.write(
+                    f"  {'listener' if name == listeners[0][0] else ' ' * 8}   "
+                    f"https://{argv[argv.index('--bind') + 1]}/v2/<component>/event  (mutual TLS; "
+                    f"metrics http://{env['LISTENER_METRICS_BIND']}/metrics)"
+                    + (f"  ({name})" if len(listeners) > 1 else "")
+                )
+            if scale != dict.fromkeys(REPLICATED, 1):
+                self.stdout.write(
+                    "  replicas   "
+                    + ", ".join(f"{role} x{scale[role]}" for role in REPLICATED)
+                    + " (the beats elect one)"
+                )
             self.stdout.write("Press Ctrl-C to stop everything.\n")
             supervisor.start()
             reminder = admin_password_reminder()

@@ -75,6 +75,8 @@ class _ListenerHandler(BaseHTTPRequestHandler):
             return
         payload = b"ok" if status == 200 else f"status {status}".encode()
         self.send_response(status)
+        if status in (429, 503) and owner.retry_after is not None:
+            self.send_header("Retry-After", owner.retry_after)
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
         self.wfile.write(payload)
@@ -116,6 +118,7 @@ class FakeListener:
         self.mode = "ok"  # ok | fail | close
         self.fail_next_events = 0
         self.event_status = 200
+        self.retry_after: str | None = None  # sent with a 503 or 429
         self.heartbeat_status = 200
         self.port = 0
         self._server: _ListenerServer | None = None

@@ -65,6 +65,22 @@ def test_failed_sends_are_retried_with_growing_backoff_then_delivered(start_watc
     assert listener.connections == 1  # an HTTP error does not cost the connection
 
 
+def test_a_503_with_retry_after_is_retried_after_that_wait_not_the_backoff(
+    start_watcher, client_for, listener
+):
+    """The control plane's queue was away (503): it says when to come back, sooner than the
+    backoff would; the retry waits that long (spread up to half again), never less."""
+    listener.event_status, listener.retry_after = 503, "0.2"
+    server = start_watcher(backoff_initial=20.0, backoff_max=30.0)
+    client_for(server).review("kyma", create("queue-away"))
+    wait_until(lambda: len(listener.events()) >= 2)
+    listener.event_status = 200
+    wait_until(lambda: metric(scrape(server.metrics_port), "watcher_events_sent_total") == 1)
+    first, second = listener.events()[:2]
+    assert 0.2 * 0.9 <= second.at - first.at < 10.0  # the exponential backoff would wait 10-20 s
+    assert metric(scrape(server.metrics_port), "watcher_events_failed_total", reason="http-503") >= 1
+
+
 def test_only_200_counts_as_success(start_watcher, client_for, listener):
     listener.event_status = 202
     server = start_watcher()

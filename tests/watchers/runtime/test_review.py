@@ -18,7 +18,9 @@ from watchers.runtime import (
     detect_change,
     parse_admission_review,
 )
+from watchers.runtime.kcpclient import retry_after_seconds
 from watchers.runtime.review import Change, deep_equal
+from watchers.runtime.sender import asked_delay
 
 
 def decide(body: bytes):
@@ -254,6 +256,17 @@ def test_response_mirrors_request_and_always_allows():
             "status": {"metadata": {}, "status": "Success", "message": "hello"},
         },
     }
+
+
+def test_a_retry_after_is_waited_at_least_spread_up_to_half_again_and_capped():
+    assert asked_delay(2.0, 30, rand=lambda: 0.0) == 2.0
+    assert asked_delay(2.0, 30, rand=lambda: 1.0) == 3.0
+    assert asked_delay(60.0, 30, rand=lambda: 0.5) == 30
+    assert retry_after_seconds("2") == 2.0
+    assert retry_after_seconds("0.5") == 0.5
+    assert retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT") is None
+    assert retry_after_seconds("-1") is None
+    assert retry_after_seconds(None) is None
 
 
 def test_backoff_doubles_with_jitter_and_caps():

@@ -1,0 +1,681 @@
+"""Kill anything, lose nothing: the control plane under random SIGKILLs and a broker outage.
+
+Runs two of every role (web, listener, worker, beat; each in a session of its own, as a pod) on a
+Redis of its own (broker and queue marks; an append-only file, as a production broker needs) and
+the bench database, with ``--runtimes`` emulated runtimes whose runtime watchers are real
+processes sending to the listeners through a small TCP balancer (what a Service does: a killed
+listener's connections go to the other). Then, for ``--duration`` seconds:
+
+- a steady stream of runtime edits: every ``--edit-every`` seconds the Kyma inside a random
+  runtime changes channel (regular <-> fast), as its user would;
+- every ``--kill-every`` seconds one role process chosen at random is killed with SIGKILL (its
+  whole process group: a pod lost) and started again at once; the leading beat only while the
+  other beat stands by (both beats lost at once leave no standby to take over: the takeover
+  then waits for a restart, on this machine up to a minute);
+- ``--outages`` times (evenly spread) Redis is stopped for a random 10-30 s (``--outage``) and
+  started again (``--broker rabbitmq``: a RabbitMQ node of its own instead). No process is
+  killed from an outage's start until 20 s after the broker is back (the reconciles of the edits
+  up to 10 s after it, which it measures, are done by then), so that the outage is measured on
+  its own.
+
+Then the edits stop and the fleet settles (at most ``--settle`` seconds), and it checks:
+
+- every runtime converged to its last edit: the control plane's copy of each Kyma has the
+  channel the runtime has (C of N);
+- every event answered 200 reached a reconcile: each edit was followed by a reconcile of its
+  Kyma that started after it (an edit with none is lost: L); E is the events the listeners
+  answered 200 (the runtime watchers' own count);
+- beat: each time the leading beat was killed, how long until another held the lease (p99: F),
+  and that no periodic sweep was missed for longer than that: the claimed ticks of the sweep,
+  read from its row every 0.2 s, never further apart than the longest takeover plus its interval;
+- after the broker's return: for every edit made while Redis was away or within 10 s after it
+  came back, the time from the later of the edit and the return to the start of its reconcile
+  (p99: R).
+
+Goals: L = 0, C = N, F <= 15, R <= 10. The last line is exactly (one line, wrapped here)::
+
+    chaos: duration_s=D kills=K broker_outages=O events=E lost=L converged=C/N \
+           beat_takeover_p99_s=F after_broker_p99_s=R
+
+The roles run with the production settings (``--visibility`` sets ``CELERY_VISIBILITY_TIMEOUT``
+to try another), except that a Ready Kyma is not reconciled periodically during the run: a
+periodic reconcile would hide an event that was lost.
+
+    BENCH_DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench python bench/chaos.py [--duration 300]
+    python bench/chaos.py --smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import itertools
+import os
+import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+from common import (
+    ROOT,
+    database_label,
+    free_port,
+    klm_watcher,
+    parse_args,
+    percentile,
+    setup_django,
+    spawn,
+    state_dir,
+    stop_processes,
+    wait_port,
+)
+
+
+class RedisServer:
+    """``redis-server`` of this benchmark's own (never the shared one), with an append-only file."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def answers(self) -> bool:
+        with socket.socket() as sock:
+            sock.settimeout(1)
+            try:
+                sock.connect(("127.0.0.1", self.port))
+                sock.sendall(b"PING\r\n")
+                return sock.recv(16).startswith(b"+PONG")
+            except OSError:
+                return False
+
+    def start(self) -> None:
+        argv = [
+            shutil.which("redis-server") or "redis-server",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+        ]
+        argv += [
+            "--dir",
+            str(self.directory),
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "everysec",
+            "--save",
+            "",
+        ]
+        self.proc = spawn(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while not self.answers():
+            if time.monotonic() > deadline:
+                raise TimeoutError("redis-server did not answer")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_processes([self.proc], timeout=20)  # SIGTERM: it writes its file and exits
+            self.proc = None
+
+
+class RabbitNode:
+    """A RabbitMQ node of this benchmark's own (``--broker rabbitmq``): its own ports, epmd,
+    cookie and data directory; stopping it is a broker outage like stopping Redis."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.name = f"chaos{os.getpid()}@localhost"
+        self.env = {
+            **os.environ,
+            "HOME": str(directory),
+            "RABBITMQ_NODENAME": self.name,
+            "RABBITMQ_NODE_PORT": str(self.port),
+            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_DIST_PORT": str(free_port()),
+            "ERL_EPMD_PORT": str(free_port()),
+            "RABBITMQ_MNESIA_BASE": str(directory / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(directory / "log"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(directory / "enabled_plugins"),
+            "RABBITMQ_CONFIG_FILE": str(directory / "rabbitmq"),
+        }
+        (directory / "enabled_plugins").write_text("[].\n")
+        # Celery holds ETA tasks unacknowledged in the worker: no 30-minute consumer timeout here.
+        (directory / "rabbitmq.conf").write_text("consumer_timeout = 86400000\n")
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.port}//"
+
+    def answers(self) -> bool:
+        with socket.socket() as sock:
+            sock.settimeout(1)
+            try:
+                sock.connect(("127.0.0.1", self.port))
+                sock.sendall(b"AMQP\x00\x00\x09\x01")
+                return len(sock.recv(8)) > 0
+            except OSError:
+                return False
+
+    def start(self) -> None:
+        # (Debian's /usr/sbin wrappers switch to the rabbitmq user and drop this environment)
+        server = next(
+            (p for p in ("/usr/lib/rabbitmq/bin/rabbitmq-server",) if Path(p).exists()),
+            shutil.which("rabbitmq-server") or "rabbitmq-server",
+        )
+        with open(self.directory / "server.log", "a") as log:
+            self.proc = spawn([server], env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 120
+        while not self.answers():
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise RuntimeError(f"rabbitmq-server did not answer (see {self.directory / 'server.log'})")
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            control = "/usr/lib/rabbitmq/bin/rabbitmqctl"
+            subprocess.run(
+                [control if Path(control).exists() else "rabbitmqctl", "-n", self.name, "stop"],
+                env=self.env,
+                capture_output=True,
+                timeout=60,
+                check=False,
+            )
+            stop_processes([self.proc], timeout=20)
+            self.proc = None
+
+
+_CHOSEN = sys.argv[sys.argv.index("--broker") + 1] if "--broker" in sys.argv[:-1] else "redis"
+_BROKER_DIR = Path(tempfile.mkdtemp(prefix=f"bench-chaos-{_CHOSEN}-"))
+BROKER = RabbitNode(_BROKER_DIR) if _CHOSEN == "rabbitmq" else RedisServer(_BROKER_DIR)
+os.environ["CELERY_BROKER_URL"] = BROKER.url  # (started below, once the run is set up)
+os.environ.setdefault("WATCHER_SILENT_AFTER", "3600")
+setup_django("chaos")
+BROKER.start()
+
+from django.db import connection
+from django.utils import timezone
+from django_celery_beat.models import PeriodicTask
+
+from controlplane.beat import LEASE_NAME
+from controlplane.leases import lease_current
+from fleet.models import Kyma, ReconcileRecord
+from kernel.documents.yamlio import dump_yaml
+from kernel.sealing import Sealed
+from pki import services as pki
+from pki.models import Certificate
+from runtime_emulator import EmulatorHost
+from runtime_emulator.kubelet import ProcessKubelet
+from watchers.models import Watcher
+
+ROLES = ("web", "listener", "worker", "beat")
+SWEEP = "reconcile-due"
+
+
+class Balancer:
+    """A TCP balancer in front of the listeners (what a Kubernetes Service does): each new
+    connection goes to the next listener that accepts it; bytes are copied both ways."""
+
+    def __init__(self, backends: list[int]) -> None:
+        self.backends = backends
+        self.turn = itertools.count()
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True, name="balancer").start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        start = next(self.turn)
+        for offset in range(len(self.backends)):
+            port = self.backends[(start + offset) % len(self.backends)]
+            try:
+                backend = socket.create_connection(("127.0.0.1", port), timeout=1)
+            except OSError:
+                continue
+            backend.settimeout(None)
+            threading.Thread(target=self._copy, args=(backend, client), daemon=True).start()
+            self._copy(client, backend)
+            return
+        client.close()
+
+    @staticmethod
+    def _copy(source: socket.socket, target: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                target.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, target):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+
+    def close(self) -> None:
+        self.server.close()
+
+
+class Fleet:
+    """The role processes: two of each, started, killed and restarted by name."""
+
+    def __init__(self, env: dict[str, str], ports: dict[str, int]) -> None:
+        self.env = env
+        self.ports = ports
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.log_start: dict[str, int] = {}
+
+    def argv(self, name: str) -> tuple[list[str], dict[str, str]]:
+        role, number = name.rsplit("-", 1)
+        python, manage = sys.executable, str(ROOT / "manage.py")
+        if role == "web":
+            return [python, manage, "serve", "web", "--bind", f"127.0.0.1:{self.ports[name]}"], {}
+        if role == "listener":
+            metrics = f"127.0.0.1:{self.ports[name + '-metrics']}"
+            bind = f"127.0.0.1:{self.ports[name]}"
+            return [python, manage, "serve", "listener", "--bind", bind], {"LISTENER_METRICS_BIND": metrics}
+        celery = [python, "-m", "celery", "-A", "controlplane"]
+        if role == "worker":
+            return [*celery, "worker", "-n", f"chaos{number}@%h", "--loglevel", "INFO"], {}
+        return [*celery, "beat", "--loglevel", "INFO"], {}
+
+    def start(self, name: str) -> None:
+        argv, extra = self.argv(name)
+        log_path = state_dir() / f"{name}.log"
+        self.log_start[name] = log_path.stat().st_size if log_path.exists() else 0
+        with open(log_path, "a") as log:
+            self.procs[name] = spawn(argv, env={**self.env, **extra}, stdout=log, stderr=subprocess.STDOUT)
+
+    def standing_by(self, name: str) -> bool:
+        """Whether this beat, since its last start, stood by or led (it watches the lease)."""
+        with open(state_dir() / f"{name}.log", errors="replace") as log:
+            log.seek(self.log_start.get(name, 0))
+            since = log.read()
+        return "standing by; beat" in since or "leading since" in since
+
+    def kill(self, name: str) -> None:
+        proc = self.procs[name]
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+    def leading_beat(self) -> str | None:
+        lease = lease_current(LEASE_NAME)
+        if lease is None or lease.expires_at is None or lease.expires_at <= timezone.now():
+            return None
+        pid = lease.holder.rpartition(":")[2]
+        return next((name for name, proc in self.procs.items() if str(proc.pid) == pid), None)
+
+    def stop(self) -> None:
+        stop_processes(list(self.procs.values()))
+
+
+def reset() -> None:
+    Certificate.objects.filter(kyma__isnull=False).delete()
+    Kyma.objects.all().delete()
+    Watcher.objects.all().delete()
+    klm_watcher()
+    pki.ca_bootstrap()
+
+
+def register(runtimes: list) -> list[Kyma]:
+    Kyma.objects.bulk_create(
+        Kyma(
+            uid=uuid.uuid4(),
+            namespace="kcp-system",
+            name=runtime.name,
+            runtime_id=f"rt-{runtime.name}",
+            skr_domain=f"{runtime.name}.kyma.example.com",
+            modules=[],
+            kubeconfig=Sealed.seal(dump_yaml([runtime.kubeconfig()])),
+        )
+        for runtime in runtimes
+    )
+    kymas = list(Kyma.objects.order_by("name"))
+    pki.certificates_issue_bulk(kymas=kymas)
+    return kymas
+
+
+def converged(runtimes: list, kymas: dict[str, int]) -> int:
+    """How many runtimes the control plane agrees with (its copy has the runtime's channel)."""
+    channels = dict(Kyma.objects.filter(pk__in=kymas.values()).values_list("pk", "channel"))
+    done = 0
+    for runtime in runtimes:
+        live = runtime.get_object("Kyma", "default", "kyma-system") or {}
+        if channels.get(kymas[runtime.name]) == (live.get("spec") or {}).get("channel", "regular"):
+            done += 1
+    return done
+
+
+def wait_ready(kymas: list[Kyma], timeout: float) -> None:
+    """Until every Kyma is Ready and its watcher reported (the runtime watchers run)."""
+    ids = [k.pk for k in kymas]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready = Kyma.objects.filter(pk__in=ids, state="Ready", watcher_last_seen_at__isnull=False).count()
+        if ready == len(ids):
+            return
+        time.sleep(1)
+    raise TimeoutError(
+        f"not every Kyma Ready with a reporting watcher in {timeout:.0f} s (logs in {state_dir()})"
+    )
+
+
+def watcher_sent(host: EmulatorHost, kubelet: ProcessKubelet) -> int:
+    """Events the listeners answered 200, as the runtime watchers count them."""
+    total = 0
+    for runtime in host:
+        pod = kubelet.pod(runtime.name)
+        if pod is None:
+            continue
+        try:
+            text = urllib.request.urlopen(pod.metrics_url(), timeout=5).read().decode()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if line.startswith("watcher_events_sent_total "):
+                total += int(float(line.split()[1]))
+    return total
+
+
+class Sweeps:
+    """The sweep's claimed ticks, read from its row every 0.2 s (each claim moves last_run_at)."""
+
+    def __init__(self) -> None:
+        self.seen: list[dt.datetime] = []
+        self.stop = threading.Event()
+        threading.Thread(target=self._run, daemon=True, name="sweeps").start()
+
+    def _run(self) -> None:
+        while not self.stop.wait(0.2):
+            with contextlib.suppress(Exception):
+                value = PeriodicTask.objects.filter(name=SWEEP).values_list("last_run_at", flat=True).first()
+                if value is not None and (not self.seen or value != self.seen[-1]):
+                    self.seen.append(value)
+        connection.close()
+
+    def longest_gap(self) -> float:
+        return (
+            max((b - a).total_seconds() for a, b in itertools.pairwise(self.seen))
+            if len(self.seen) > 1
+            else 0.0
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--duration", type=float, default=300, help="seconds of kills and edits")
+    parser.add_argument(
+        "--runtimes", type=int, default=50, help="emulated runtimes, each with a watcher process"
+    )
+    parser.add_argument("--edit-every", type=float, default=0.25, help="seconds between runtime edits")
+    parser.add_argument("--kill-every", type=float, default=4, help="seconds between two kills")
+    parser.add_argument("--outages", type=int, default=1, help="times Redis is stopped")
+    parser.add_argument("--outage", default="10-30", help="seconds each outage lasts: MIN-MAX")
+    parser.add_argument("--settle", type=float, default=240, help="longest wait for the fleet to converge")
+    parser.add_argument("--visibility", type=int, default=600, help="CELERY_VISIBILITY_TIMEOUT of the roles")
+    parser.add_argument("--seed", type=int, default=None, help="random seed (kills, edits, outages)")
+    parser.add_argument(
+        "--broker",
+        choices=["redis", "rabbitmq"],
+        default="redis",
+        help="the broker of the run, a server of its own (queue marks: Redis with redis, else the database)",
+    )
+    args = parse_args(
+        parser,
+        smoke={
+            "duration": 12.0,
+            "runtimes": 2,
+            "edit_every": 1.0,
+            "kill_every": 5.0,
+            "outage": "2-2",
+            "settle": 90.0,
+        },
+    )
+    rng = random.Random(args.seed)
+    low, _, high = args.outage.partition("-")
+    outage_range = (float(low), float(high or low))
+    reset()
+    listener_ports = [free_port(), free_port()]
+    balancer = Balancer(listener_ports)
+    ports = {f"web-{n}": free_port() for n in (1, 2)}
+    for n, port in enumerate(listener_ports, 1):
+        ports[f"listener-{n}"], ports[f"listener-{n}-metrics"] = port, free_port()
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "LOG_LEVEL": "INFO",
+        "WEB_WORKERS": "1",
+        "LISTENER_WORKERS": "1",
+        "WORKER_CONCURRENCY": "8",
+        "WATCHER_KCP_ADDR": f"localhost:{balancer.port}",
+        "CELERY_VISIBILITY_TIMEOUT": str(args.visibility),
+        # Only the edits' events reconcile a Ready Kyma during the run: a periodic reconcile
+        # would hide an event that was lost.
+        "RECONCILE_READY_INTERVAL": "86400",
+        "WATCHER_HEARTBEAT_INTERVAL": "30",
+    }
+    fleet = Fleet(env, ports)
+    names = [f"{role}-{n}" for role in ROLES for n in (1, 2)]
+    print(
+        f"database: {database_label()}; broker: {os.environ['CELERY_BROKER_URL']} (its own); "
+        "two of every role; "
+        f"{args.runtimes} runtimes with a watcher process; {args.duration:.0f} s of kills every "
+        f"{args.kill_every:g} s and edits every {args.edit_every:g} s; {args.outages} broker outage(s) "
+        f"of {args.outage} s; {os.cpu_count()} CPUs",
+        flush=True,
+    )
+    kubelet = ProcessKubelet()
+    try:
+        for name in names:
+            fleet.start(name)
+        for name in ("web-1", "web-2", "listener-1", "listener-2"):
+            wait_port(ports[name], fleet.procs[name], timeout=180)
+        with EmulatorHost(kubelet=kubelet) as host:
+            try:
+                result = run(host, kubelet, fleet, args, rng, outage_range)
+            finally:
+                host.run(kubelet.aclose())
+    finally:
+        fleet.stop()
+        balancer.close()
+        BROKER.stop()
+        shutil.rmtree(BROKER.directory, ignore_errors=True)
+    report(result)
+
+
+def watch_takeover(
+    watch: tuple[float, int] | None, takeovers: list[float], started: float
+) -> tuple[float, int] | None:
+    """After the leading beat was killed (``watch``: when, and the term it held): once another
+    holds the lease, note how long that took; returns what is still to watch."""
+    if watch is None:
+        return None
+    lease = lease_current(LEASE_NAME)
+    if lease is None or lease.term <= watch[1] or lease.expires_at <= timezone.now():
+        return watch
+    takeovers.append(time.monotonic() - watch[0])
+    print(f"  {time.monotonic() - started:6.1f} s: beat taken over after {takeovers[-1]:.1f} s", flush=True)
+    return None
+
+
+def run(host, kubelet, fleet: Fleet, args, rng: random.Random, outage_range: tuple[float, float]) -> dict:
+    runtimes = [host.create(f"chaos-{n:03d}") for n in range(args.runtimes)]
+    kymas = {k.name: k.pk for k in register(runtimes)}
+    wait_ready(list(Kyma.objects.all()), timeout=600)
+    print(
+        f"{len(runtimes)} runtimes Ready, their watchers reporting; chaos for {args.duration:.0f} s",
+        flush=True,
+    )
+    sweeps = Sweeps()
+    edits: list[tuple[str, float]] = []  # (runtime, time.time() just before the edit)
+    kills: list[str] = []
+    takeovers: list[float] = []
+    outages: list[tuple[float, float]] = []  # (stopped, back) in time.time()
+    started = time.monotonic()
+    ends = started + args.duration
+    outage_at = [started + args.duration * (i + 1) / (args.outages + 1) for i in range(args.outages)]
+    next_kill, next_edit, calm_until = started + args.kill_every, started, 0.0
+    takeover_watch: tuple[float, int] | None = None  # (killed at, the term it held)
+
+    def toggle(obj: dict) -> None:
+        obj["spec"]["channel"] = "fast" if obj["spec"].get("channel") != "fast" else "regular"
+
+    while time.monotonic() < ends:
+        now = time.monotonic()
+        if outage_at and now >= outage_at[0]:
+            outage_at.pop(0)
+            length = rng.uniform(*outage_range)
+            down = time.time()
+            BROKER.stop()
+            print(f"  {now - started:6.1f} s: broker stopped for {length:.0f} s", flush=True)
+            stop_at = time.monotonic() + length
+            while time.monotonic() < stop_at:  # the edits go on meanwhile
+                runtime = rng.choice(runtimes)
+                edits.append((runtime.name, time.time()))
+                runtime.edit_as_user("Kyma", "default", toggle, "kyma-system")
+                takeover_watch = watch_takeover(takeover_watch, takeovers, started)
+                time.sleep(args.edit_every)
+            BROKER.start()
+            outages.append((down, time.time()))
+            calm_until = time.monotonic() + 20
+            continue
+        if now >= next_edit:
+            runtime = rng.choice(runtimes)
+            edits.append((runtime.name, time.time()))
+            runtime.edit_as_user("Kyma", "default", toggle, "kyma-system")
+            next_edit = now + args.edit_every
+        takeover_watch = watch_takeover(takeover_watch, takeovers, started)
+        if now >= next_kill and now >= calm_until and takeover_watch is None:
+            victim = rng.choice(list(fleet.procs))
+            leading = fleet.leading_beat() == victim
+            other = "beat-2" if victim == "beat-1" else "beat-1"
+            if leading and not fleet.standing_by(other):
+                victim = rng.choice([name for name in fleet.procs if not name.startswith("beat")])
+                leading = False
+            term = lease.term if leading and (lease := lease_current(LEASE_NAME)) else 0
+            fleet.kill(victim)
+            if leading:
+                takeover_watch = (time.monotonic(), term)
+            fleet.start(victim)
+            kills.append(victim)
+            print(
+                f"  {now - started:6.1f} s: killed {victim}{' (the leading beat)' if leading else ''}",
+                flush=True,
+            )
+            next_kill = now + args.kill_every
+        time.sleep(0.02)
+    duration = time.monotonic() - started
+    print(f"chaos over after {duration:.0f} s: {len(kills)} kills, {len(edits)} edits; settling", flush=True)
+    deadline = time.monotonic() + args.settle
+    while time.monotonic() < deadline and takeover_watch is not None:
+        takeover_watch = watch_takeover(takeover_watch, takeovers, started)
+        time.sleep(0.05)
+    while time.monotonic() < deadline and converged(runtimes, kymas) < len(runtimes):
+        time.sleep(1)
+    time.sleep(3)  # the last reconciles' records
+    sweeps.stop.set()
+    return {
+        "duration": duration,
+        "kills": kills,
+        "outages": outages,
+        "edits": edits,
+        "events": watcher_sent(host, kubelet),
+        "runtimes": runtimes,
+        "kymas": kymas,
+        "converged": converged(runtimes, kymas),
+        "takeovers": takeovers,
+        "sweep_gap": sweeps.longest_gap(),
+        "sweep_interval": float(os.environ.get("RECONCILE_SWEEP_INTERVAL", "2")),
+    }
+
+
+def report(result: dict) -> None:
+    kymas, edits = result["kymas"], result["edits"]
+    starts: dict[int, list[float]] = {}
+    for kyma_id, started in ReconcileRecord.objects.filter(kyma_id__in=kymas.values()).values_list(
+        "kyma_id", "started_at"
+    ):
+        starts.setdefault(kyma_id, []).append(started.timestamp())
+    for values in starts.values():
+        values.sort()
+
+    def first_after(name: str, moment: float) -> float | None:
+        return next((s for s in starts.get(kymas[name], []) if s > moment), None)
+
+    lost = [(name, at) for name, at in edits if first_after(name, at) is None]
+    after_broker = []
+    for down, back in result["outages"]:
+        for name, at in edits:
+            if down <= at <= back + 10:
+                reconciled = first_after(name, at)
+                if reconciled is not None:
+                    after_broker.append(reconciled - max(at, back))
+    takeovers = result["takeovers"]
+    takeover_p99 = percentile(takeovers, 99) if takeovers else 0.0
+    after_p99 = percentile(after_broker, 99) if after_broker else 0.0
+    n = len(result["runtimes"])
+    print(
+        f"\nkills by role: {dict(sorted((r, sum(k.startswith(r) for k in result['kills'])) for r in ROLES))}"
+    )
+    print(
+        f"leading beat killed {len(takeovers)} time(s); takeovers (s): "
+        + (", ".join(f"{t:.1f}" for t in takeovers) or "-")
+        + f"; longest gap between two sweeps {result['sweep_gap']:.1f} s "
+        f"(interval {result['sweep_interval']:g} s)"
+    )
+    if after_broker:
+        print(
+            f"edits during or just after the {len(result['outages'])} outage(s): {len(after_broker)}; "
+            f"broker back -> reconcile p50 {statistics.median(after_broker):.1f} s, p99 {after_p99:.1f} s"
+        )
+    for name, at in lost[:10]:
+        print(
+            f"lost: the edit of {name} at {dt.datetime.fromtimestamp(at, dt.UTC):%H:%M:%S.%f} "
+            "was never reconciled"
+        )
+    sweeps_kept = result["sweep_gap"] <= max(takeovers, default=0) + result["sweep_interval"] + 1
+    print(
+        f"goals: lost 0 ({'yes' if not lost else 'NO'}), "
+        f"converged all ({'yes' if result['converged'] == n else 'NO'}), "
+        f"takeover p99 <= 15 s ({'yes' if takeover_p99 <= 15 else 'NO'}), after broker p99 <= 10 s "
+        f"({'yes' if after_p99 <= 10 else 'NO'}), no sweep missed longer than a takeover "
+        f"({'yes' if sweeps_kept else 'NO'})"
+    )
+    print(
+        f"chaos: duration_s={result['duration']:.0f} kills={len(result['kills'])} "
+        f"broker_outages={len(result['outages'])} events={result['events']} lost={len(lost)} "
+        f"converged={result['converged']}/{n} beat_takeover_p99_s={takeover_p99:.1f} "
+        f"after_broker_p99_s={after_p99:.1f}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""The worker role through broker outages and shutdowns.
+
+- The broker goes away (Redis restarted, a network blip): the worker never gives up reconnecting
+  (``CELERY_BROKER_CONNECTION_MAX_RETRIES`` unset: Celery's default stops after 100 tries), and
+  tries every ``WORKER_RECONNECT_MAX`` seconds at most (Celery's consumer waits 2, 4, 6, ... up to
+  30 s between tries, so a worker came back up to half a minute after its broker). What it held
+  when the connection went is queued again as soon as it is back (:mod:`controlplane.broker`).
+- The database goes away: tasks fail and retry (``fleet.tasks``); the worker itself keeps running.
+- SIGTERM (a rolling update, a drained node): Celery's warm shutdown stops taking messages and
+  gives back what it reserved; every running reconcile stops at its next step and hands its Kyma
+  back (:func:`fleet.queue.hand_back_all`), so the worker ends within one runtime call rather than
+  a whole slow reconcile, well inside the pod's grace period.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from celery import signals
+from celery.worker.consumer import Consumer as CeleryConsumer
+from django.conf import settings
+
+from fleet import queue
+
+
+class Consumer(CeleryConsumer):
+    """Celery's consumer, reconnecting to a lost broker every few seconds rather than up to 30."""
+
+    def ensure_connected(self, conn: Any) -> Any:
+        step = settings.WORKER_RECONNECT_MAX / 2
+        conn.ensure_connection = functools.partial(
+            conn.ensure_connection,
+            interval_start=step,
+            interval_step=step,
+            interval_max=settings.WORKER_RECONNECT_MAX,
+        )
+        return super().ensure_connected(conn)
+
+
+@signals.worker_shutting_down.connect
+def _hand_back_on_shutdown(**_: Any) -> None:
+    queue.hand_back_all()
