@@ -44,16 +44,24 @@ def module_delete(*, module: Module) -> None:
 
 
 def moduleconfig_upsert(
-    *, kyma: Kyma, module: Module, spec: dict, source_generation: int, source_resource_version: str
+    *,
+    kyma: Kyma,
+    module: Module,
+    spec: dict,
+    source_generation: int,
+    source_resource_version: str,
+    version: str = "",
 ) -> tuple[ModuleConfig, bool]:
-    """Record the module CR's spec found in the runtime. The revision moves only on a real change."""
+    """Record the module CR's spec found in the runtime and the version the manager should run
+    there. The revision moves only on a real change. A new version clears the manager's report:
+    it was about the old one (the module is Processing until the manager reports again)."""
     with transaction.atomic():
         config = ModuleConfig.objects.select_for_update().filter(kyma=kyma, module=module).first()
         if config is None:
             config = ModuleConfig(
                 kyma=kyma, module=module, namespace=kyma.namespace, name=f"{kyma.name}-{module.name}"
             )
-        elif config.spec == spec:
+        elif config.spec == spec and config.version == version:
             if (config.source_generation, config.source_resource_version) != (
                 source_generation,
                 source_resource_version,
@@ -65,7 +73,12 @@ def moduleconfig_upsert(
                 config.save(update_fields=["source_generation", "source_resource_version", "updated_at"])
             return config, False
         before, created = stored_spec(config), config.pk is None
+        if (
+            not created and config.version and config.version != version
+        ):  # (none: a config from before versions)
+            config.status = {}
         config.spec = spec
+        config.version = version
         config.source_generation = source_generation
         config.source_resource_version = source_resource_version
         # The Kyma and Module are rows the caller holds (the reconcile, under the Kyma's lease,
