@@ -472,6 +472,8 @@ except ValueError as _exc:
     raise ImproperlyConfigured(f"ROLLOUT_POLICY is not JSON: {_exc}") from None
 if not isinstance(ROLLOUT_POLICY, dict):
     raise ImproperlyConfigured("ROLLOUT_POLICY must be a JSON object of policies by kind of change")
+# How often beat moves rollouts on (judges the current wave, starts the next).
+ROLLOUT_ADVANCE_INTERVAL: float = env.float("ROLLOUT_ADVANCE_INTERVAL", default=2.0)
 
 # --- Reconciles of runtimes ----------------------------------------------------------------------
 
@@ -555,6 +557,11 @@ CELERY_BEAT_SCHEDULE["watchers-finalize"] = {
     "task": "watchers.finalize",
     "schedule": 30.0,
     "options": {"expires": 30.0},
+}
+CELERY_BEAT_SCHEDULE["rollouts-advance"] = {
+    "task": "controlplane.rollouts_advance",
+    "schedule": ROLLOUT_ADVANCE_INTERVAL,
+    "options": {"expires": ROLLOUT_ADVANCE_INTERVAL},
 }
 CELERY_BEAT_SCHEDULE["watchers-status"] = {
     "task": "watchers.status_refresh",

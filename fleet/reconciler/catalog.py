@@ -106,7 +106,7 @@ def desired(ctx: ReconcileContext) -> list[dict[str, Any]]:
         channels = {
             channel: version
             for channel in sorted(module.channels)
-            if (version := module.version_for(channel)) is not None
+            if (version := ctx.targets.module_version(module, channel)) is not None
         }
         if not channels:
             continue

@@ -14,6 +14,7 @@ from fleet import maintenance
 from fleet.k8s.client import RuntimeClient
 from fleet.models import Kyma, KymaState, Module
 from fleet.models.records import CHANGES_KEPT
+from fleet.rollouts.targets import KymaTargets
 from kernel.timefmt import rfc3339
 
 TRUE, FALSE, UNKNOWN = "True", "False", "Unknown"
@@ -98,6 +99,7 @@ class ReconcileContext:
     verified: dict[str, list] = field(default_factory=dict)  # Kyma.runtime_verified, as it becomes
     same_cluster: bool = False  # what Kyma.runtime_verified says was seen in this very cluster
     _catalog: dict[str, Module] | None = None
+    _targets: KymaTargets | None = None
     _window: maintenance.WindowState | None = None
 
     def __post_init__(self) -> None:
@@ -113,6 +115,13 @@ class ReconcileContext:
         if self._catalog is None:
             self._catalog = {module.name: module for module in Module.objects.all()}
         return self._catalog
+
+    @property
+    def targets(self) -> KymaTargets:
+        """This runtime's own targets where a rollout holds a subject (``fleet.rollouts.targets``)."""
+        if self._targets is None:
+            self._targets = KymaTargets(self.kyma)
+        return self._targets
 
     def window(self) -> maintenance.WindowState:
         """The runtime's maintenance window now (read once, only when a version needs it)."""

@@ -91,7 +91,7 @@ def sync(ctx: ReconcileContext) -> list[int]:
                 ModuleOutcome(name, KymaState.ERROR, channel, message="not in the module catalog")
             )
             continue
-        version = module.version_for(channel)
+        version = ctx.targets.module_version(module, channel)
         if version is None:
             missing.append(f"{name}@{channel}")
             ctx.modules.append(

@@ -8,6 +8,8 @@ from django.db import transaction
 
 from fleet import queue
 from fleet.models import Kyma, Module, ModuleConfig, SyncResource
+from fleet.rollouts.services import subject_rollouts_end
+from fleet.rollouts.subjects import module_versions_changed
 from fleet.selectors import kyma_ids_using_module
 from kernel.errors import Conflict
 from kernel.services import deletion_begin, resource_save, stored_spec, upsert
@@ -16,13 +18,23 @@ from .revisions import moduleconfig_revision_stamp
 
 
 def module_save(module: Module) -> bool:
-    """Validate and store a catalog entry; Kymas that enable it are reconciled on change."""
+    """Validate and store a catalog entry; Kymas that enable it are reconciled on change.
+
+    A new version in a channel that more than one runtime uses goes out in a rollout
+    (``fleet.rollouts.subjects``): those runtimes are left to its waves, unless something else of
+    the module changed too (their reconcile then renders that, and still their own version)."""
     with transaction.atomic():
-        changed = resource_save(module, before=stored_spec(module))
+        before = stored_spec(module)
+        changed = resource_save(module, before=before)
         if changed:
-            queue.request(
-                kyma_ids_using_module(module.name), reason=f"module {module.name} changed", urgent=True
+            held = module_versions_changed(module, before["channels"]) if before is not None else set()
+            others_changed = before is not None and any(
+                before[name] != getattr(module, name) for name in Module.SPEC_FIELDS if name != "channels"
             )
+            users = kyma_ids_using_module(module.name)
+            if not others_changed:
+                users = [kyma_id for kyma_id in users if kyma_id not in held]
+            queue.request(users, reason=f"module {module.name} changed", urgent=True)
     return changed
 
 
@@ -39,6 +51,7 @@ def module_delete(*, module: Module) -> None:
     """Remove a catalog entry; Kymas that still enable it report it missing on their next reconcile."""
     with transaction.atomic():
         affected = kyma_ids_using_module(module.name)
+        subject_rollouts_end("ModuleVersion", f"{module.name}/", f"module {module.name} was deleted")
         module.delete()
         queue.request(affected, reason=f"module {module.name} deleted", urgent=True)
 
