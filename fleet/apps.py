@@ -23,7 +23,7 @@ class FleetConfig(AppConfig):
         from . import metrics
         from .models import ModuleConfig
         from .models.rollout import validate_policies
-        from .resources import kinds  # noqa: F401 - registers the document kinds
+        from .resources import kinds, rollouts  # noqa: F401 - register the document kinds
         from .services.revisions import moduleconfig_deleted
 
         try:

@@ -15,14 +15,17 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from fleet.models import Kyma, KymaState, Rollout, RolloutKind, RolloutTarget
+from fleet.models import Kyma, KymaState, Rollout, RolloutKind, RolloutTarget, RuntimeWatcherSettings
 from fleet.models.rollout import effective_policy
 from fleet.rollouts.kinds import NOT_YET, Subject, Verdict, judge_kyma, reconciled_since, register
 from fleet.rollouts.planning import Member
 from fleet.rollouts.services import Change, rollout_start
+from kernel.documents import schema
+from kernel.errors import ValidationFailed
 
 from . import runtime_config
 from .models import Watcher
+from .rendering import WatcherConfig
 from .status import rollout_mark, webhook_problem
 
 ENTRY_FIELDS = ("namespace", "name", "component", "labels", *Watcher.SPEC_FIELDS)
@@ -153,6 +156,52 @@ class RuntimeWatcherSubject(Subject):
         if verdict.state == "Ready" and not _ready_webhook(kyma):
             return NOT_YET
         return verdict
+
+    def start_by_hand(
+        self,
+        change: dict[str, Any],
+        *,
+        name: str,
+        waves: list[dict[str, Any]] | None,
+        gate: dict[str, Any] | None,
+        user: Any,
+    ) -> Rollout:
+        """The fleet's settings with the given ones over them (``image``, ``kcpAddr``, ...), sent
+        out with these waves and gate: e.g. back to an image seen before."""
+        problems = schema.schema_errors(SETTINGS_CHANGE_SCHEMA, change, "spec.change")
+        if problems:
+            raise ValidationFailed("invalid change", errors=problems)
+        current = runtime_config.fleet_digest()
+        base = runtime_config.config_of(current) or WatcherConfig.from_settings()
+        config = WatcherConfig.from_dict(
+            {**base.as_dict(), **{k: v for k, v in change.items() if k != "kind"}}
+        )
+        if config.digest == current:
+            raise ValidationFailed(
+                "nothing to roll out",
+                errors=[("spec.change", "the fleet's runtime watchers run these settings already")],
+            )
+        RuntimeWatcherSettings.objects.get_or_create(
+            digest=config.digest, defaults={"settings": config.as_dict()}
+        )
+        rollout = runtime_config.settings_rollout(
+            current, config.digest, automatic=False, created_by=user, name=name, waves=waves, gate=gate
+        )
+        assert rollout is not None
+        return rollout
+
+
+SETTINGS_CHANGE_SCHEMA = schema.obj(
+    {
+        "kind": {"const": RolloutKind.RUNTIME_WATCHER},
+        "image": schema.string(min_length=1, max_length=500),
+        "kcpAddr": schema.string(min_length=1, max_length=300),
+        "heartbeatInterval": {"type": "integer", "minimum": 1},
+        "cpuLimit": schema.string(min_length=1, max_length=32),
+        "memoryLimit": schema.string(min_length=1, max_length=32),
+    },
+    required=("kind",),
+)
 
 
 register(WatcherSubject())

@@ -86,6 +86,23 @@ def config_for(kyma: Kyma) -> WatcherConfig:
     return config_of(kyma.watcher_settings) or WatcherConfig.from_settings()
 
 
+def config_shown(kyma: Kyma) -> WatcherConfig:
+    """What a page shows for ``kyma`` (never writes: a Kyma that names none shows the fleet's)."""
+    digest = kyma.watcher_settings
+    if not digest:
+        holding = (
+            Rollout.objects.filter(kind=RolloutKind.RUNTIME_WATCHER, state__in=HOLDING_STATES)
+            .order_by("-created_at")
+            .values_list("from_value", flat=True)
+            .first()
+        )
+        digest = (holding or {}).get("value") or (
+            RuntimeWatcherSettings.objects.filter(is_default=True).values_list("digest", flat=True).first()
+            or ""
+        )
+    return (config_of(digest) if digest else None) or WatcherConfig.from_settings()
+
+
 def register_own() -> str:
     """Record this process's settings; settings never seen before become the fleet's target, in
     a rollout when the fleet had others. Returns their digest. Once per process and digest."""

@@ -6,4 +6,4 @@ wave), ``kinds`` (what each kind of change does) and ``subjects`` (module versio
 app registers Watchers and the runtime watcher's settings). See ``fleet.models.rollout``.
 """
 
-from . import subjects  # noqa: F401 - registers the module-version subject
+from . import kymaspec, subjects  # noqa: F401 - register the subjects of this app

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fleet.models import Kyma, KymaState, Rollout, RolloutTarget
+from kernel.errors import ValidationFailed
 
 # Reasons of an Error that say nothing about the change (the runtime could not be reached at all):
 # such a runtime is not judged yet; its time limit runs on.
@@ -72,6 +73,22 @@ class Subject:
     def judge(self, rollout: Rollout, target: RolloutTarget, kyma: Kyma, extra: Any) -> Verdict:
         """How a released runtime is doing, from the database (the reconcile wrote it)."""
         return judge_kyma(target, kyma)
+
+    def start_by_hand(
+        self,
+        change: dict[str, Any],
+        *,
+        name: str,
+        waves: list[dict[str, Any]] | None,
+        gate: dict[str, Any] | None,
+        user: Any,
+    ) -> Rollout:
+        """A Rollout document applied by a person: make the change and send it out in waves.
+        Errors name ``spec.change`` fields."""
+        raise ValidationFailed(
+            f"a {self.kind} rollout is started by its change, not by hand",
+            errors=[("spec.change.kind", f"{self.kind} changes go out when they are applied")],
+        )
 
 
 def reconciled_since(target: RolloutTarget, kyma: Kyma) -> bool:

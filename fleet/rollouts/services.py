@@ -102,7 +102,9 @@ def rollout_start(
         return None
     policy = change.policy or {}
     rollout = Rollout(
-        name=unique_name(name or f"{change.subject.replace('/', '-')}-{_short(change.to_value)}"),
+        name=unique_name(name or f"{change.subject.replace('/', '-')}-{_short(change.to_value)}")
+        if automatic
+        else name,
         kind=change.kind,
         subject=change.subject,
         change=change.change,

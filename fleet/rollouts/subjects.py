@@ -11,6 +11,7 @@ manager reported on it), Error, or held by its maintenance window (``maintenance
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -19,7 +20,11 @@ from django.utils import timezone
 from fleet import maintenance
 from fleet.models import Kyma, KymaState, Module, Rollout, RolloutKind, RolloutTarget
 from fleet.models.kyma import DEFAULT_CHANNEL
+from fleet.models.module import VERSION
 from fleet.models.rollout import effective_policy
+from kernel.documents import schema
+from kernel.errors import ValidationFailed
+from kernel.services import resource_save, stored_spec
 
 from .kinds import NOT_YET, Subject, Verdict, reconciled_since, register
 from .planning import Member
@@ -113,6 +118,71 @@ class ModuleVersionSubject(Subject):
         if entry.get("state") == KymaState.ERROR:
             return Verdict("Failed", f"{module} {new}: {entry.get('message') or 'Error'}"[:1000])
         return NOT_YET
+
+    def start_by_hand(
+        self,
+        change: dict[str, Any],
+        *,
+        name: str,
+        waves: list[dict[str, Any]] | None,
+        gate: dict[str, Any] | None,
+        user: Any,
+    ) -> Rollout:
+        """Set the channel's version in the catalog and send it out with these waves and gate
+        (instead of the policy's), even to one runtime."""
+        module_name, channel, version = (change.get(key) for key in ("module", "channel", "version"))
+        module = Module.objects.select_for_update().filter(name=module_name).first()
+        problems = []
+        if module is None:
+            problems.append(("spec.change.module", f"no module {module_name!r} in the catalog"))
+        if (
+            not isinstance(channel, str)
+            or not re.fullmatch(schema.CHANNEL, channel)
+            or not 3 <= len(channel) <= 32
+        ):
+            problems.append(("spec.change.channel", "a channel: 3 to 32 lower-case letters"))
+        if not isinstance(version, str) or not re.fullmatch(VERSION, version):
+            problems.append(("spec.change.version", "a semantic version (1.2.3), at most 32 characters"))
+        if problems:
+            raise ValidationFailed("invalid change", errors=problems)
+        old = module.channels.get(channel)
+        if old == version:
+            raise ValidationFailed(
+                "nothing to roll out",
+                errors=[
+                    ("spec.change.version", f"{module_name} is at {version} in channel {channel} already")
+                ],
+            )
+        before = stored_spec(module)
+        module.channels = {**module.channels, channel: version}
+        try:
+            resource_save(module, before=before)
+        except ValidationFailed as exc:
+            raise exc.remap({"channels": "spec.change"}) from exc
+        members = [Member(m.kyma_id, m.uid, m.labels, old) for m in module_users(module.name, channel)]
+        rollout = rollout_start(
+            change=Change(
+                kind=RolloutKind.MODULE_VERSION,
+                subject=f"{module.name}/{channel}",
+                change={
+                    "kind": RolloutKind.MODULE_VERSION,
+                    "module": module.name,
+                    "channel": channel,
+                    "version": version,
+                },
+                from_value=old,
+                to_value=version,
+                members=members,
+                policy=effective_policy(RolloutKind.MODULE_VERSION, module.rollout_policy),
+            ),
+            name=name,
+            automatic=False,
+            created_by=user,
+            waves=waves,
+            gate=gate,
+        )
+        assert rollout is not None  # by hand: even for one runtime, or none
+        return rollout
 
 
 register(ModuleVersionSubject())
