@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fleet.rollouts.targets import KymaTargets
 from kernel.documents.dockerconfig import DockerConfigError
 from pki import services as pki
 from watchers import runtime_config
@@ -38,12 +39,12 @@ def active_watchers() -> list[Watcher]:
     return [w for w in watchers if not webhook_problem(w)]
 
 
-def runtime_watchers(ctx: ReconcileContext, watchers: list[Watcher]) -> list[Watcher]:
+def runtime_watchers(targets: KymaTargets, watchers: list[Watcher]) -> list[Watcher]:
     """The Watchers as this runtime gets them: where a rollout holds one and this runtime's wave
     has not started, its entry as it was (a new Watcher: not yet there)."""
     found = []
     for watcher in watchers:
-        held = ctx.targets.watcher_entry(watcher)
+        held = targets.watcher_entry(watcher)
         if held is None:
             found.append(watcher)
         elif held["fields"] is not None:
@@ -72,7 +73,7 @@ def sync(ctx: ReconcileContext, watchers: list[Watcher]) -> None:
         ctx.fatal = exc.message
         return
     tls = pki.runtime_secret_data(certificate, now=ctx.now)
-    watchers = runtime_watchers(ctx, watchers)
+    watchers = runtime_watchers(ctx.targets, watchers)
     try:
         docs = runtime_watcher_resources(
             watchers=watchers,
