@@ -55,6 +55,7 @@ ACTIONS = {
     "abort": (rollout_services.rollout_abort, ACTIVE_STATES),
     "rollback": (rollout_services.rollout_rollback, ACTIVE_STATES | {RolloutState.ABORTED}),
 }
+DONE = {"pause": "paused", "resume": "resumed", "abort": "aborted", "rollback": "rolled back"}
 REFRESH_SECONDS = 5  # an active rollout's page follows it
 
 
@@ -186,7 +187,9 @@ class RolloutAdmin(FilterSetAdmin):
         except ApplicationError as exc:
             messages.error(request, exc.message)
         else:
-            messages.success(request, f"Rollout {rollout.name}: {rollout.message or rollout.state}")
+            said = rollout.message or rollout.state
+            done = said if said.startswith(DONE[verb]) else f"{DONE[verb]}: {said}"
+            messages.success(request, f"Rollout {rollout.name} {done}")
         return HttpResponseRedirect(reverse("admin:controlplane_rollout_change", args=[rollout.pk]))
 
 

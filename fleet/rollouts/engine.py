@@ -163,7 +163,7 @@ def _release(rollout: Rollout, wave: int, now: dt.datetime) -> int:
 
 def _verdict(rollout: Rollout, target: RolloutTarget, kyma: Kyma, extra: object, now: dt.datetime) -> Verdict:
     verdict = subject_for(rollout.kind).judge(rollout, target, kyma, extra)
-    if verdict.state:
+    if verdict.state and verdict.state != TargetState.PROGRESSING:
         return verdict
     limit = dt.timedelta(seconds=int(rollout.gate.get("timeoutSeconds", 900)))
     if target.clock_from is not None and now - target.clock_from > limit:
@@ -235,7 +235,8 @@ def _apply(target: RolloutTarget, verdict: Verdict, now: dt.datetime) -> bool:
         target.window_opens_at, target.clock_from = verdict.opens_at, now
     elif verdict.state in (TargetState.READY, TargetState.FAILED, TargetState.EXCLUDED):
         target.state, target.reason, target.judged_at = verdict.state, verdict.reason, now
-    elif target.state == TargetState.WAITING:  # its window opened: judged from now on
+    elif verdict.state == TargetState.PROGRESSING and target.state == TargetState.WAITING:
+        # its window opened (the runtime took the new target): judged from now on
         target.state, target.reason, target.window_opens_at = TargetState.PROGRESSING, "", None
         target.clock_from = now
     return (target.state, target.reason, target.window_opens_at) != before
@@ -278,7 +279,7 @@ def _halt(
     rollout.state = RolloutState.HALTED
     rollout.halted_reason = (
         f"the gate of wave {rollout.wave_label()} failed: {failed} of {counted} runtime(s) failed "
-        f"({share}; at most {allowed} = {ratio:.0%} allowed). " + "; ".join(first)
+        f"({share}; at most {allowed} may fail: max error ratio {ratio:.0%}). " + "; ".join(first)
     )[:1000]
     rollout.message = (
         f"halted at wave {rollout.wave_label()}: resume (accepting the failures), abort or roll back"

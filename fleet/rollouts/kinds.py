@@ -25,7 +25,8 @@ UNREACHED = frozenset({"Unreachable", "NoKubeconfig"})
 @dataclass(frozen=True)
 class Verdict:
     """How a released runtime is doing: ``Ready``, ``Failed`` (with why), ``Waiting`` for its
-    maintenance window (which opens at ``opens_at``), or not decided yet (``""``)."""
+    maintenance window (which opens at ``opens_at``), ``Progressing`` (it has the new target, not
+    Ready yet), or not known yet (``""``: e.g. not reconciled since its release)."""
 
     state: str = ""
     reason: str = ""

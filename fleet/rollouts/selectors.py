@@ -51,9 +51,27 @@ class WaveRow:
     @property
     def bar(self) -> list[tuple[str, float, int]]:
         """(state, percent of the wave, count) for the progress bar, in a fixed order."""
-        shown = [TargetState.READY, TargetState.EXCLUDED, TargetState.PROGRESSING, TargetState.WAITING,
-                 TargetState.FAILED, TargetState.ROLLED_BACK, TargetState.PENDING]  # fmt: skip
-        return [(state, self.percent(state), self.counts[state]) for state in shown if self.counts.get(state)]
+        return bar(self.counts, self.runtimes)
+
+
+BAR_ORDER = (
+    TargetState.READY,
+    TargetState.EXCLUDED,
+    TargetState.PROGRESSING,
+    TargetState.WAITING,
+    TargetState.FAILED,
+    TargetState.ROLLED_BACK,
+    TargetState.PENDING,
+)
+
+
+def bar(counts: dict[str, int], total: int) -> list[tuple[str, float, int]]:
+    """(state, percent of ``total``, count) per state, in the order a progress bar shows them."""
+    return [
+        (state, round(100 * counts[state] / total, 1) if total else 0.0, counts[state])
+        for state in BAR_ORDER
+        if counts.get(state)
+    ]
 
 
 @dataclass
@@ -92,6 +110,10 @@ class RolloutPage:
         return sum(n for state, n in self.counts.items() if state in RELEASED_STATES)
 
     @property
+    def bar(self) -> list[tuple[str, float, int]]:
+        return bar(self.counts, self.rollout.runtimes)
+
+    @property
     def percent_changed(self) -> int:
         return round(100 * self.changed / self.rollout.runtimes) if self.rollout.runtimes else 100
 
@@ -118,7 +140,8 @@ def rollout_page(rollout: Rollout) -> RolloutPage:
         for index, wave in enumerate(rollout.waves)
     ]
     current = max(rollout.current_wave, 0)
-    gate = _gate(rollout, per_wave.get(current, Counter())) if rollout.current_wave >= 0 else None
+    judging = rollout.current_wave >= 0 and rollout.state in ACTIVE_STATES
+    gate = _gate(rollout, per_wave.get(current, Counter())) if judging else None
     shown = list(
         RolloutTarget.objects.filter(rollout=rollout, wave=current)
         .select_related("kyma")

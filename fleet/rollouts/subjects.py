@@ -117,7 +117,7 @@ class ModuleVersionSubject(Subject):
             return Verdict("Ready")
         if entry.get("state") == KymaState.ERROR:
             return Verdict("Failed", f"{module} {new}: {entry.get('message') or 'Error'}"[:1000])
-        return NOT_YET
+        return Verdict("Progressing")
 
     def start_by_hand(
         self,
