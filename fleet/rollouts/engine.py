@@ -62,6 +62,19 @@ KYMA_FIELDS = (
 _JUDGED = (TargetState.READY, TargetState.FAILED, TargetState.EXCLUDED)
 
 
+def _write(targets: list[RolloutTarget], fields: tuple[str, ...]) -> None:
+    """Store ``fields`` of the targets: one UPDATE per distinct set of values (a wave's runtimes
+    mostly share them: released at once, judged Ready), not one statement per row."""
+    groups: dict[tuple, list[int]] = {}
+    for target in targets:
+        groups.setdefault(tuple(getattr(target, name) for name in fields), []).append(target.pk)
+    for values, ids in groups.items():
+        for start in range(0, len(ids), 1000):
+            RolloutTarget.objects.filter(pk__in=ids[start : start + 1000]).update(
+                **dict(zip(fields, values, strict=True))
+            )
+
+
 def _event(rollout: Rollout, kind: str, text: str, wave: int | None = None) -> None:
     RolloutEvent.objects.create(rollout=rollout, kind=kind, text=text[:2000], wave=wave)
 
@@ -140,7 +153,7 @@ def _release(rollout: Rollout, wave: int, now: dt.datetime) -> int:
         if not last:
             target.wave = wave + 1
             target.reason += f": moved to wave {rollout.wave_label(wave + 1)}"
-    RolloutTarget.objects.bulk_update(deferred, ["wave", "reason"], batch_size=500)
+    _write(deferred, ("wave", "reason"))
     free = [t for t in pending if t.kyma_id not in busy]
     for target in free:
         target.released_at = target.clock_from = now
@@ -152,9 +165,7 @@ def _release(rollout: Rollout, wave: int, now: dt.datetime) -> int:
             target.reason = (
                 f"was {target.kyma.state or 'New'} before the change: changed, not counted by the gate"
             )
-    RolloutTarget.objects.bulk_update(
-        free, ["state", "reason", "released_at", "clock_from", "was_ready"], batch_size=500
-    )
+    _write(free, ("state", "reason", "released_at", "clock_from", "was_ready"))
     if free:
         subject_for(rollout.kind).release(rollout, free)
         queue.request([t.kyma_id for t in free], reason=f"rollout {rollout.name}", urgent=True)
@@ -190,9 +201,7 @@ def _judge_wave(rollout: Rollout, now: dt.datetime) -> bool:
             verdict = _verdict(rollout, target, kyma, extra, now)
             if _apply(target, verdict, now):
                 changed.append(target)
-        RolloutTarget.objects.bulk_update(
-            changed, ["state", "reason", "judged_at", "clock_from", "window_opens_at"], batch_size=500
-        )
+        _write(changed, ("state", "reason", "judged_at", "clock_from", "window_opens_at"))
     counts: dict[str, int] = {}
     for target in targets:
         counts[target.state] = counts.get(target.state, 0) + 1

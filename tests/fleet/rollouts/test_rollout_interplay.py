@@ -89,3 +89,30 @@ def test_a_runtimes_held_targets_say_which_rollout_holds_what(fleet):
     assert targets.module_version(Module.objects.get(name="keda"), "regular") == "1.0.0"
     [held] = targets.held
     assert held.rollout_id == rollout.pk and held.value == "1.0.0" and not held.released and held.member
+
+
+def test_a_runtime_that_takes_the_module_up_during_a_rollout_keeps_the_old_version_until_it_completes(
+    fleet, runtimes
+):
+    from fleet.rollouts.selectors import kyma_holds
+    from tests.fleet.rollouts.helpers import reconcile
+    from tests.support.runtimes import connected_kyma
+
+    MaintenancePolicy.objects.create(policy=window(dt.timedelta(hours=-1), dt.timedelta(hours=2)))
+    new_version("1.1.0")
+    rollout = latest()
+    runtime = runtimes()
+    late = connected_kyma(runtime, name="late")
+    reconcile(late)
+    from fleet.models import ModuleConfig
+
+    assert ModuleConfig.objects.get(kyma=late).version == "1.0.0"
+    [hold] = kyma_holds(late)
+    assert hold.rollout == rollout and "took the module up after the rollout began" in hold.reason
+    fleet.kymas.append(late)
+    fleet.runtimes.append(runtime)
+    fleet.settle(3)
+    rollout.refresh_from_db()
+    assert rollout.state == RolloutState.COMPLETED
+    reconcile(late)
+    assert ModuleConfig.objects.get(kyma=late).version == "1.1.0"
