@@ -55,7 +55,7 @@ class KymaTargets:
             self._rows = {row.rollout_id: row for row in rows}
         return self._rows.get(rollout_id)
 
-    def resolve(self, hold: dict[str, Any], subject: str) -> tuple[bool, Any]:
+    def resolve(self, hold: dict[str, Any]) -> tuple[bool, Any]:
         """(whether this runtime has the new target, its old target when not) under ``hold``."""
         rollout_id = hold.get("rollout")
         row = self._row(rollout_id) if isinstance(rollout_id, int) else None
@@ -70,7 +70,7 @@ class KymaTargets:
         hold = (module.rollout_holds or {}).get(channel)
         if not hold:
             return current
-        released, old = self.resolve(hold, f"{module.name}/{channel}")
+        released, old = self.resolve(hold)
         value = current if released else old
         self._note(hold, f"module {module.name} in channel {channel}", value, released)
         return value
@@ -81,7 +81,7 @@ class KymaTargets:
         hold = getattr(watcher, "rollout_hold", None)
         if not hold:
             return None
-        released, old = self.resolve(hold, watcher.key)
+        released, old = self.resolve(hold)
         self._note(hold, f"Watcher {watcher.key}", "current" if released else "previous", released)
         return None if released else {"fields": old}
 
