@@ -4,6 +4,7 @@ from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
 from fleet.api.audit import AuditEntryViewSet
+from fleet.api.rollouts import RolloutViewSet
 from fleet.api.views import ApplyView, KymaViewSet, ModuleConfigViewSet, ModuleViewSet, SyncResourceViewSet
 from listener.api import WatchEventViewSet
 from pki.api import CertificateAuthorityViewSet, CertificateViewSet
@@ -19,6 +20,7 @@ router.register("certificates", CertificateViewSet, basename="certificate")
 router.register("certificateauthorities", CertificateAuthorityViewSet, basename="certificateauthority")
 router.register("events", WatchEventViewSet, basename="event")
 router.register("audit", AuditEntryViewSet, basename="audit")
+router.register("rollouts", RolloutViewSet, basename="rollout")
 
 urlpatterns = [
     path("apply/", ApplyView.as_view(), name="apply"),

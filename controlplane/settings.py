@@ -9,6 +9,7 @@ encryption keys. Every variable read here is listed in the README's configuratio
 from __future__ import annotations
 
 import importlib.util
+import json
 import secrets
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +19,7 @@ from cryptography.fernet import Fernet
 from django.core.exceptions import ImproperlyConfigured
 
 from kernel.documents.dockerconfig import DockerConfigError, read_docker_config
+from kernel.documents.maintenance import PolicyError, read_policy_file
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -493,6 +495,30 @@ WATCHER_SILENT_CHECK_INTERVAL: float = env.float("WATCHER_SILENT_CHECK_INTERVAL"
 if WATCHER_SILENT_AFTER < 0:
     raise ImproperlyConfigured("WATCHER_SILENT_AFTER must be 0 (off) or a number of seconds")
 
+# --- Maintenance windows and rollouts ------------------------------------------------------------
+
+# Upstream's maintenance-window policy as a JSON file (used while the admin has saved none).
+MAINTENANCE_POLICY_FILE: str = env.str("MAINTENANCE_POLICY_FILE", default="")
+if MAINTENANCE_POLICY_FILE:
+    try:
+        read_policy_file(MAINTENANCE_POLICY_FILE)
+    except PolicyError as _exc:
+        raise ImproperlyConfigured(f"MAINTENANCE_POLICY_FILE: {_exc}") from None
+# A window counts as open only while at least this much of it is left (upstream: 20 minutes).
+MAINTENANCE_WINDOW_MIN_SIZE: float = env.float("MAINTENANCE_WINDOW_MIN_SIZE", default=1200)
+if MAINTENANCE_WINDOW_MIN_SIZE < 0:
+    raise ImproperlyConfigured("MAINTENANCE_WINDOW_MIN_SIZE must be a number of seconds (0 or more)")
+# Waves and gates per kind of change ({"ModuleVersion": {"waves": [...], "gate": {...}}, ...}), over
+# the defaults (1 canary, 5 %, 25 %, 100 %; checked by the fleet app when it starts).
+try:
+    ROLLOUT_POLICY: dict = json.loads(env.str("ROLLOUT_POLICY", default="") or "{}")
+except ValueError as _exc:
+    raise ImproperlyConfigured(f"ROLLOUT_POLICY is not JSON: {_exc}") from None
+if not isinstance(ROLLOUT_POLICY, dict):
+    raise ImproperlyConfigured("ROLLOUT_POLICY must be a JSON object of policies by kind of change")
+# How often beat moves rollouts on (judges the current wave, starts the next).
+ROLLOUT_ADVANCE_INTERVAL: float = env.float("ROLLOUT_ADVANCE_INTERVAL", default=2.0)
+
 # --- Reconciles of runtimes ----------------------------------------------------------------------
 
 RUNTIME_CONNECT_TIMEOUT: float = env.float("RUNTIME_CONNECT_TIMEOUT", default=3.0)
@@ -575,6 +601,11 @@ CELERY_BEAT_SCHEDULE["watchers-finalize"] = {
     "task": "watchers.finalize",
     "schedule": 30.0,
     "options": {"expires": 30.0},
+}
+CELERY_BEAT_SCHEDULE["rollouts-advance"] = {
+    "task": "controlplane.rollouts_advance",
+    "schedule": ROLLOUT_ADVANCE_INTERVAL,
+    "options": {"expires": ROLLOUT_ADVANCE_INTERVAL},
 }
 CELERY_BEAT_SCHEDULE["watchers-status"] = {
     "task": "watchers.status_refresh",

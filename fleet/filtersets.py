@@ -6,7 +6,16 @@ import django_filters
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from fleet.models import Kyma, KymaState, Module, ModuleConfig, SyncResource
+from fleet.models import (
+    Kyma,
+    KymaState,
+    Module,
+    ModuleConfig,
+    Rollout,
+    RolloutKind,
+    RolloutState,
+    SyncResource,
+)
 from fleet.selectors import watcher_q
 from kernel.filtersets import SearchFilterSet, StateFilter
 
@@ -61,3 +70,14 @@ class SyncResourceFilterSet(SearchFilterSet):
     class Meta:
         model = SyncResource
         fields = ("namespace", "name")
+
+
+class RolloutFilterSet(SearchFilterSet):
+    search_fields = ("name", "subject")
+    state = django_filters.MultipleChoiceFilter(choices=RolloutState.choices)
+    kind = django_filters.ChoiceFilter(choices=RolloutKind.choices)
+    ordering = django_filters.OrderingFilter(fields=("name", "state", "created_at"))
+
+    class Meta:
+        model = Rollout
+        fields = ("name", "kind", "subject", "state")

@@ -8,7 +8,8 @@ from collections.abc import Iterator
 from django.db.models import Count
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from fleet.models import DriftCount, Kyma, KymaState
+from fleet.models import DriftCount, Kyma, KymaState, Rollout, RolloutState, RolloutTarget, TargetState
+from fleet.models.rollout import ACTIVE_STATES, RELEASED_STATES
 from fleet.queue.marks import flags
 
 
@@ -30,3 +31,48 @@ def collect() -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
     for kind, total in DriftCount.objects.values_list("kind", "total").order_by("kind"):
         drift.add_metric([kind], total)
     yield drift
+    yield from rollouts()
+
+
+def rollouts() -> Iterator[GaugeMetricFamily]:
+    """Rollouts by state; for those under way, their runtimes by state, the share changed and the
+    current wave (three queries; labelled by rollout, which only those under way are)."""
+    by_state = dict(Rollout.objects.values_list("state").annotate(n=Count("id")).order_by())
+    family = GaugeMetricFamily("controlplane_rollouts", "Rollouts by state", labels=["state"])
+    for state in RolloutState.values:
+        family.add_metric([state], by_state.get(state, 0))
+    yield family
+    active = list(
+        Rollout.objects.filter(state__in=ACTIVE_STATES).values_list(
+            "pk", "name", "kind", "current_wave", "runtimes"
+        )
+    )
+    counts: dict[int, dict[str, int]] = {}
+    rows = RolloutTarget.objects.filter(rollout_id__in=[row[0] for row in active])
+    for rollout_id, state, n in rows.values_list("rollout_id", "state").annotate(n=Count("id")).order_by():
+        counts.setdefault(rollout_id, {})[state] = n
+    runtimes = GaugeMetricFamily(
+        "controlplane_rollout_runtimes",
+        "Runtimes of each rollout under way, by their state in it",
+        labels=["rollout", "kind", "state"],
+    )
+    progress = GaugeMetricFamily(
+        "controlplane_rollout_progress_ratio",
+        "Share of a rollout's runtimes that have the new target (0 to 1)",
+        labels=["rollout", "kind"],
+    )
+    wave = GaugeMetricFamily(
+        "controlplane_rollout_current_wave",
+        "The wave a rollout under way is at (1 = the first)",
+        labels=["rollout", "kind"],
+    )
+    for pk, name, kind, current, total in active:
+        found = counts.get(pk, {})
+        for state in TargetState.values:
+            runtimes.add_metric([name, kind, state], found.get(state, 0))
+        changed = sum(n for state, n in found.items() if state in RELEASED_STATES)
+        progress.add_metric([name, kind], changed / total if total else 1.0)
+        wave.add_metric([name, kind], current + 1)
+    yield runtimes
+    yield progress
+    yield wave

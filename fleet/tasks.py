@@ -15,6 +15,7 @@ from fleet.jobs import tasks as jobs_tasks  # noqa: F401 - registers the jobs ta
 from fleet.models import ReconcileRecord
 from fleet.notifications import NotifyFailed
 from fleet.reconciler.run import kyma_reconcile_run
+from fleet.rollouts.engine import rollouts_advance as rollouts_advance_run
 from fleet.selectors import kyma_ids_all
 from fleet.services.housekeeping import prune_per_kyma
 from fleet.services.revisions import moduleconfig_deletions_prune
@@ -113,6 +114,13 @@ def watcher_silence_check() -> int:
 def notify_module_managers(config_ids: list[int]) -> int:
     """Tell module managers their ModuleConfigs changed (retried with backoff until they confirm)."""
     return sum(1 for config_id in config_ids if notifications.module_manager_notify(config_id=config_id))
+
+
+@shared_task(name="controlplane.rollouts_advance", acks_late=True, ignore_result=True)
+def rollouts_advance() -> int:
+    """Beat: judge the current wave of every rollout under way and start the next when its gate
+    passed (``fleet.rollouts.engine``)."""
+    return rollouts_advance_run()
 
 
 @shared_task(name="controlplane.kyma_reconcile_fanout", acks_late=True)

@@ -53,6 +53,15 @@ def _clean_reconcile_marks() -> None:
             store.client.delete(*keys)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_runtime_watcher_settings() -> None:
+    """Each test's database starts without recorded runtime-watcher settings: the process must
+    not remember having recorded its own (watchers.runtime_config)."""
+    from watchers import runtime_config
+
+    runtime_config.forget()
+
+
 @pytest.fixture
 def task_queue() -> Callable[[], list[QueuedTask]]:
     """An empty task queue for this test; call the fixture's value to take what was queued."""

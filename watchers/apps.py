@@ -6,4 +6,7 @@ class WatchersConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import resources  # noqa: F401 - registers the Watcher kind
+        from . import (
+            resources,  # noqa: F401 - registers the Watcher kind
+            rollouts,  # noqa: F401 - registers the rollout subjects of this app
+        )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from django.core.exceptions import ValidationError
 from django.db import models
@@ -80,6 +80,10 @@ class Watcher(NamespacedResourceModel):
         default=list, blank=True, validators=[schema.SchemaValidator(schema.CONDITIONS, "conditions")]
     )
     observed_generation = models.BigIntegerField(default=0)
+    # While a rollout takes its change to the runtimes: {"rollout": id, "from": the webhook entry's
+    # fields before (null: the Watcher is new), "fromMark": its rollout mark}; runtimes not yet in
+    # the rollout's waves keep the old entry (fleet.rollouts.targets).
+    rollout_hold = models.JSONField(null=True, blank=True, editable=False)
 
     SPEC_FIELDS: ClassVar[tuple[str, ...]] = (
         "manager",
@@ -95,6 +99,14 @@ class Watcher(NamespacedResourceModel):
             models.UniqueConstraint(fields=["namespace", "name"], name="watcher_unique_namespace_name")
         ]
         ordering = ["namespace", "name"]
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """``rollout_hold`` is written by the rollouts alone (see ``Module.save``)."""
+        if self.pk is not None and kwargs.get("update_fields") is None and not kwargs.get("force_insert"):
+            kwargs["update_fields"] = [
+                f.name for f in self._meta.concrete_fields if not f.primary_key and f.name != "rollout_hold"
+            ]
+        super().save(*args, **kwargs)
 
     def clean(self) -> None:
         self.component = component_name(self.manager, self.labels)

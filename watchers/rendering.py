@@ -28,13 +28,14 @@ from __future__ import annotations
 import base64
 import copy
 from collections.abc import Iterable
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from django.conf import settings
 
 from fleet.models import Module
 from kernel.documents.dockerconfig import read_docker_config
-from kernel.documents.hashing import stamped
+from kernel.documents.hashing import document_hash, stamped
 from pki.crypto import content_hash
 
 from .models import Watcher, WatcherField
@@ -69,6 +70,48 @@ LEGACY_NETWORK_POLICIES = tuple(f"{NAME}-allow-{what}" for what in ("apiserver",
 # Field managers whose fields in these objects are ours to take over (upstream applied them as
 # "lifecycle-manager"): their fields move to our manager, and what only they set is removed.
 ADOPTED_MANAGERS = ("lifecycle-manager",)
+
+
+@dataclass(frozen=True)
+class WatcherConfig:
+    """The runtime watcher's image and settings every runtime gets (``WATCHER_IMAGE``,
+    ``WATCHER_KCP_ADDR``, ...). A change of them goes out in a rollout, so a runtime renders its
+    own (``watchers.runtime_config``), not necessarily this process's."""
+
+    image: str
+    kcp_addr: str
+    heartbeat_interval: int
+    cpu_limit: str
+    memory_limit: str
+
+    @classmethod
+    def from_settings(cls) -> WatcherConfig:
+        return cls(
+            image=settings.WATCHER_IMAGE,
+            kcp_addr=settings.WATCHER_KCP_ADDR,
+            heartbeat_interval=settings.WATCHER_HEARTBEAT_INTERVAL,
+            cpu_limit=settings.WATCHER_CPU_LIMIT,
+            memory_limit=settings.WATCHER_MEMORY_LIMIT,
+        )
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> WatcherConfig:
+        return cls(
+            image=str(values["image"]),
+            kcp_addr=str(values["kcpAddr"]),
+            heartbeat_interval=int(values["heartbeatInterval"]),
+            cpu_limit=str(values["cpuLimit"]),
+            memory_limit=str(values["memoryLimit"]),
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        names = {"kcp_addr": "kcpAddr", "heartbeat_interval": "heartbeatInterval"}
+        names.update(cpu_limit="cpuLimit", memory_limit="memoryLimit")
+        return {names.get(key, key): value for key, value in asdict(self).items()}
+
+    @property
+    def digest(self) -> str:
+        return document_hash(self.as_dict())
 
 
 def webhook(watcher: Watcher, ca_bundle: bytes) -> dict[str, Any]:
@@ -219,9 +262,9 @@ def priority_class() -> dict[str, Any]:
     }
 
 
-def kcp_port() -> int:
+def kcp_port(config: WatcherConfig | None = None) -> int:
     """The listener's port as runtimes reach it (``WATCHER_KCP_ADDR``; 443 when it names none)."""
-    _, colon, port = settings.WATCHER_KCP_ADDR.rpartition(":")
+    _, colon, port = (config or WatcherConfig.from_settings()).kcp_addr.rpartition(":")
     return int(port) if colon and port.isdigit() else 443
 
 
@@ -252,7 +295,7 @@ def _network_policy(name: str, spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def network_policies() -> list[dict[str, Any]]:
+def network_policies(config: WatcherConfig | None = None) -> list[dict[str, Any]]:
     """What the watcher needs through a deny-all ``kyma-system``: admission calls from the API
     server (any source: its address differs per provider), events to the KCP listener (any
     destination, as upstream: the listener sits behind a load balancer), DNS, and scraping."""
@@ -267,7 +310,10 @@ def network_policies() -> list[dict[str, Any]]:
         ),
         _network_policy(
             kcp,
-            {"policyTypes": ["Egress"], "egress": [{"ports": [{"protocol": "TCP", "port": kcp_port()}]}]},
+            {
+                "policyTypes": ["Egress"],
+                "egress": [{"ports": [{"protocol": "TCP", "port": kcp_port(config)}]}],
+            },
         ),
         _network_policy(
             dns,
@@ -293,17 +339,20 @@ def network_policies() -> list[dict[str, Any]]:
     ]
 
 
-def deployment(restart_trigger: str, *, pull_secret: bool = False) -> dict[str, Any]:
+def deployment(
+    restart_trigger: str, *, pull_secret: bool = False, config: WatcherConfig | None = None
+) -> dict[str, Any]:
     """Exactly our runtime watcher's entry point, configured by upstream's environment variables."""
+    config = config or WatcherConfig.from_settings()
     env = {
         "WEBHOOK_PORT": str(WEBHOOK_PORT),
         "METRICS_PORT": str(METRICS_PORT),
         "CA_CERT": f"{CERT_DIR}/ca.crt",
         "TLS_CERT": f"{CERT_DIR}/tls.crt",
         "TLS_KEY": f"{CERT_DIR}/tls.key",
-        "KCP_ADDR": settings.WATCHER_KCP_ADDR,
+        "KCP_ADDR": config.kcp_addr,
         "KCP_CONTRACT": "v2",
-        "HEARTBEAT_INTERVAL": str(settings.WATCHER_HEARTBEAT_INTERVAL),
+        "HEARTBEAT_INTERVAL": str(config.heartbeat_interval),
     }
     return {
         "apiVersion": "apps/v1",
@@ -325,7 +374,7 @@ def deployment(restart_trigger: str, *, pull_secret: bool = False) -> dict[str, 
                     "containers": [
                         {
                             "name": "server",
-                            "image": settings.WATCHER_IMAGE,
+                            "image": config.image,
                             "command": ["python", "-m", "watchers.runtime"],
                             "env": [{"name": k, "value": v} for k, v in env.items()],
                             "ports": [
@@ -337,8 +386,8 @@ def deployment(restart_trigger: str, *, pull_secret: bool = False) -> dict[str, 
                             "resources": {
                                 "requests": {"cpu": "10m", "memory": "32Mi"},
                                 "limits": {
-                                    "cpu": settings.WATCHER_CPU_LIMIT,
-                                    "memory": settings.WATCHER_MEMORY_LIMIT,
+                                    "cpu": config.cpu_limit,
+                                    "memory": config.memory_limit,
                                 },
                             },
                             "securityContext": {
@@ -363,10 +412,12 @@ def runtime_watcher_resources(
     watchers: Iterable[Watcher],
     tls: dict[str, bytes],
     module_kinds: Iterable[tuple[str, str, str]] | None = None,
+    config: WatcherConfig | None = None,
 ) -> list[dict[str, Any]]:
     """What one runtime needs, in apply order (what the pod needs before the pod, the webhooks
     last); each object carries its content hash. ``module_kinds`` defaults to the catalog's
-    (:func:`module_cr_kinds`). Raises :class:`DockerConfigError` when the image pull secret's
+    (:func:`module_cr_kinds`), ``config`` to this process's settings (a runtime's own:
+    ``watchers.runtime_config``). Raises :class:`DockerConfigError` when the image pull secret's
     file cannot be used."""
     if module_kinds is None:
         module_kinds = module_cr_kinds()
@@ -374,12 +425,12 @@ def runtime_watcher_resources(
     registry = docker_config()
     docs = [
         priority_class(),
-        *network_policies(),
+        *network_policies(config),
         secret(tls),
         *([pull_secret(registry)] if registry is not None else []),
         service(),
         metrics_service(),
-        deployment(restart, pull_secret=registry is not None),
+        deployment(restart, pull_secret=registry is not None, config=config),
         webhook_configuration(watchers, tls["ca.crt"], module_kinds),
     ]
     return [stamped(doc) for doc in docs]

@@ -5,11 +5,13 @@ from __future__ import annotations
 from celery import current_app
 from django.db import transaction
 
-from fleet.models import Kyma
+from fleet.models import Kyma, RolloutKind
+from fleet.rollouts.services import subject_rollouts_end
 from kernel.errors import Conflict
 from kernel.services import deletion_begin, resource_save, stored_spec, upsert
 
 from .models import DEFAULT_GATEWAY, Watcher
+from .rollouts import watcher_changed
 from .status import marked_uid, watchers_status_refresh
 
 FANOUT_TASK = "controlplane.kyma_reconcile_fanout"
@@ -22,7 +24,9 @@ def _fan_out(reason: str) -> None:
 
 
 def watcher_save(watcher: Watcher) -> bool:
-    """Validate and store a Watcher; on change every Kyma is reconciled (in batches).
+    """Validate and store a Watcher; on change every Kyma is reconciled (in batches), or, when
+    its webhook entry changed and more than one runtime has one, the change goes out in a
+    rollout whose waves reconcile them (``watchers.rollouts``).
 
     Its status is computed at once (a changed spec is Processing until the runtimes carry it).
     """
@@ -31,8 +35,9 @@ def watcher_save(watcher: Watcher) -> bool:
     # Upstream's default gateway selector, written out so the stored spec says what applies.
     watcher.gateway = watcher.gateway or DEFAULT_GATEWAY
     with transaction.atomic():
+        before = Watcher.objects.filter(pk=watcher.pk).first() if watcher.pk else None
         changed = resource_save(watcher, before=stored_spec(watcher))
-        if changed:
+        if changed and watcher_changed(watcher, before) is None:
             _fan_out(f"watcher {watcher.key} changed")
         watchers_status_refresh(watchers=[watcher])
     return changed
@@ -69,6 +74,7 @@ def watcher_apply(
 def watcher_delete(*, watcher: Watcher) -> bool:
     """Begin deleting a Watcher: it stays (Deleting) until no runtime's webhook uses it."""
     with transaction.atomic():
+        subject_rollouts_end(RolloutKind.WATCHER, watcher.key, f"Watcher {watcher.key} was deleted")
         if deletion_begin(watcher):
             _fan_out(f"watcher {watcher.key} deleted")
             return True

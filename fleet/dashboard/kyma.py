@@ -13,7 +13,11 @@ from typing import Any
 
 from django.utils import timezone
 
+from fleet import maintenance
 from fleet.models import Kyma, KymaState, ModuleConfig, ReconcileRecord, SyncResource
+from fleet.reconciler.watcher_resources import runtime_watchers
+from fleet.rollouts import selectors as rollout_selectors
+from fleet.rollouts.targets import KymaTargets
 from kernel import timefmt
 from kernel.documents.dockerconfig import DockerConfigError
 from kernel.documents.yamlio import dump_yaml
@@ -21,6 +25,7 @@ from kernel.models import AuditEntry
 from listener.models import WatchEventRecord
 from pki import services as pki_services
 from pki.models import Certificate, CertificatePurpose
+from watchers import runtime_config
 from watchers.models import Watcher
 from watchers.rendering import redacted, runtime_watcher_resources
 
@@ -260,8 +265,11 @@ def kyma_watcher_manifests(kyma: Kyma, certificates: list[Certificate]) -> Watch
         note = (
             f"No certificate has been issued for this Kyma yet{why}: the Secret is shown with placeholders."
         )
+    watchers = runtime_watchers(KymaTargets(kyma), active_watchers())
     try:
-        docs = redacted(runtime_watcher_resources(watchers=active_watchers(), tls=tls))
+        docs = redacted(
+            runtime_watcher_resources(watchers=watchers, tls=tls, config=runtime_config.config_shown(kyma))
+        )
     except DockerConfigError as exc:
         docs, note = [], f"Cannot render the runtime watcher: WATCHER_IMAGE_PULL_SECRET_FILE: {exc}"
     tls.clear()  # drop the private key as soon as the documents are rendered
@@ -320,10 +328,20 @@ class KymaLive:
     certificate: Certificate | None
 
 
+@dataclass(frozen=True)
+class KymaWindow:
+    """The runtime's maintenance window: open now, or when the next one opens (or why not known)."""
+
+    state: maintenance.WindowState
+    skipped: bool  # the Kyma skips maintenance windows
+
+
 @dataclass
 class KymaPage:
     live: KymaLive
     manifests: WatcherManifests
+    rollouts: list[rollout_selectors.KymaHold] = field(default_factory=list)
+    window: KymaWindow | None = None
 
     @property
     def timeline(self) -> list[TimelineEntry]:
@@ -354,6 +372,12 @@ def kyma_live(kyma: Kyma) -> KymaLive:
 
 
 def kyma_page(kyma: Kyma) -> KymaPage:
-    """What the Kyma's admin page shows beyond its fields (seven queries, whatever the history)."""
+    """What the Kyma's admin page shows beyond its fields (a bounded number of queries, whatever
+    the history): also which rollouts hold a target for it, and its maintenance window."""
     live = kyma_live(kyma)
-    return KymaPage(live=live, manifests=kyma_watcher_manifests(kyma, live.certificates))
+    return KymaPage(
+        live=live,
+        manifests=kyma_watcher_manifests(kyma, live.certificates),
+        rollouts=rollout_selectors.kyma_holds(kyma),
+        window=KymaWindow(maintenance.window_of(kyma, timezone.now()), kyma.skip_maintenance_windows),
+    )

@@ -15,7 +15,8 @@ from django.urls import reverse
 
 from fleet.admin.jobs import job_outcome_text, job_status_badge
 from fleet.admin.records import ReconcileRecordAdmin
-from fleet.models import KymaState
+from fleet.models import KymaState, RolloutState
+from fleet.rollouts.selectors import rollouts_under_way
 from fleet.selectors import watcher_silent_after
 
 from . import selectors
@@ -105,6 +106,8 @@ def fleet_context(overview: selectors.FleetOverview) -> dict[str, Any]:
                 "controlplane_reconcilerecord", started_at__gte=since, state=KymaState.ERROR
             ),
             "jobs": changelist("controlplane_job"),
+            "rollouts": changelist("controlplane_rollout"),
+            "halted_rollouts": changelist("controlplane_rollout", state=RolloutState.HALTED),
             "running_jobs": changelist("controlplane_job", status__exact="running"),
         },
         "events_chart": _minute_chart(overview.events, window, "listener_watcheventrecord", "received_at"),
@@ -122,6 +125,15 @@ def fleet_context(overview: selectors.FleetOverview) -> dict[str, Any]:
     }
 
 
+def rollouts_context() -> dict[str, Any]:
+    """Rollouts under way (halted and paused first), with the halted count for the card."""
+    rows = rollouts_under_way()
+    return {
+        "rollouts": rows,
+        "rollouts_halted": sum(1 for row in rows if row.rollout.state == RolloutState.HALTED),
+    }
+
+
 def fleet_dashboard(request: HttpRequest) -> TemplateResponse:
     """Staff only (the admin's login wraps it) and only for those who may see Kymas."""
     if not request.user.has_perm("controlplane.view_kyma"):
@@ -130,5 +142,6 @@ def fleet_dashboard(request: HttpRequest) -> TemplateResponse:
         **admin.site.each_context(request),
         "title": "Fleet dashboard",
         **fleet_context(selectors.fleet_overview()),
+        **rollouts_context(),
     }
     return TemplateResponse(request, "dashboard/fleet.html", context)

@@ -5,9 +5,19 @@ from kernel.models import NamespacedResourceModel, ResourceModel
 from .credentials import MODULE_KEY_MARKER, ModuleCredential
 from .jobs import Job, JobKind, JobStatus
 from .kyma import Kyma, KymaState
+from .maintenance import MaintenancePolicy
 from .module import Module
 from .moduleconfig import ModuleConfig, ModuleConfigDeletion, ModuleConfigWatch, RevisionCounter
 from .records import DriftCount, ReconcileRecord
+from .rollout import (
+    Rollout,
+    RolloutEvent,
+    RolloutKind,
+    RolloutState,
+    RolloutTarget,
+    RuntimeWatcherSettings,
+    TargetState,
+)
 from .syncresource import ApplyStrategy, DeletionPolicy, ManifestState, SyncResource
 
 __all__ = [
@@ -20,6 +30,7 @@ __all__ = [
     "JobStatus",
     "Kyma",
     "KymaState",
+    "MaintenancePolicy",
     "ManifestState",
     "Module",
     "ModuleConfig",
@@ -30,5 +41,12 @@ __all__ = [
     "ReconcileRecord",
     "ResourceModel",
     "RevisionCounter",
+    "Rollout",
+    "RolloutEvent",
+    "RolloutKind",
+    "RolloutState",
+    "RolloutTarget",
+    "RuntimeWatcherSettings",
     "SyncResource",
+    "TargetState",
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from django.core.exceptions import ValidationError
 from django.db import models
@@ -12,13 +12,34 @@ from kernel.models import ResourceModel, dns_label, dns_subdomain
 from kernel.sealing import SealedField
 
 from .manifest_policy import KINDS_SCHEMA, NAMESPACES_SCHEMA, ManifestPolicy
+from .rollout import validate_policy
 
+# A module version as upstream's ModuleTemplate and ModuleReleaseMeta take it (semantic, at most 32).
+VERSION = r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[a-zA-Z-][0-9a-zA-Z-]*)?$"
+VERSION_SCHEMA = schema.string(pattern=VERSION, max_length=32)
 CHANNELS_SCHEMA = {
     "type": "object",
     "propertyNames": {"pattern": schema.CHANNEL, "minLength": 3, "maxLength": 32, "not": {"const": "none"}},
-    "additionalProperties": schema.string(min_length=1, max_length=128),
+    "additionalProperties": VERSION_SCHEMA,
     "minProperties": 1,
 }
+VERSIONS_SCHEMA = {
+    "type": "array",
+    "items": schema.obj(
+        {"version": VERSION_SCHEMA, "requiresDowntime": schema.BOOLEAN}, required=("version",)
+    ),
+    "maxItems": 200,
+}
+
+
+def validate_versions(value: object) -> None:
+    schema.SchemaValidator(VERSIONS_SCHEMA, "versions")(value)
+    seen = [entry["version"] for entry in value]  # type: ignore[union-attr]
+    twice = sorted({version for version in seen if seen.count(version) > 1})
+    if twice:
+        raise ValidationError(f"versions: {', '.join(twice)} listed more than once")
+
+
 DEFAULT_CR_SCHEMA = schema.obj(
     {
         "metadata": schema.obj(
@@ -86,8 +107,29 @@ class Module(ResourceModel):
         "any).",
     )
 
+    versions = models.JSONField(
+        default=list,
+        blank=True,
+        validators=[validate_versions],
+        help_text='What is known of each version, as upstream\'s ModuleTemplate says it: [{"version": '
+        '"1.2.0", "requiresDowntime": true}]. A version that requires downtime reaches a runtime that '
+        "has the module already only inside its maintenance window.",
+    )
+    rollout_policy = models.JSONField(
+        default=dict,
+        blank=True,
+        validators=[validate_policy],
+        help_text='How a new version in a channel goes out, over ROLLOUT_POLICY\'s: {"waves": [{"size": 1}, '
+        '{"size": "100%"}], "gate": {"timeoutSeconds": 600}} or {"strategy": "AllAtOnce"}.',
+    )
+    # Channels whose new version is going out in a rollout: {channel: {"rollout": id, "from":
+    # version}}; runtimes not yet in its waves keep "from" (fleet.rollouts.targets).
+    rollout_holds = models.JSONField(default=dict, blank=True, editable=False)
+
     SPEC_FIELDS: ClassVar[tuple[str, ...]] = (
         "channels",
+        "versions",
+        "rollout_policy",
         "cr_group",
         "cr_version",
         "cr_kind",
@@ -103,6 +145,15 @@ class Module(ResourceModel):
 
     class Meta:
         ordering = ["name"]
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """``rollout_holds`` is written by the rollouts alone (an UPDATE of that column): a save of
+        a form or document loaded before a rollout changed it must not put back what it read."""
+        if self.pk is not None and kwargs.get("update_fields") is None and not kwargs.get("force_insert"):
+            kwargs["update_fields"] = [
+                f.name for f in self._meta.concrete_fields if not f.primary_key and f.name != "rollout_holds"
+            ]
+        super().save(*args, **kwargs)
 
     @property
     def notifies(self) -> bool:
@@ -122,4 +173,9 @@ class Module(ResourceModel):
         return ManifestPolicy.of(self)
 
     def version_for(self, channel: str) -> str | None:
+        """The channel's version in the catalog (a runtime's own may be older: see
+        ``fleet.rollouts.targets``)."""
         return self.channels.get(channel)
+
+    def requires_downtime(self, version: str) -> bool:
+        return any(e.get("version") == version and e.get("requiresDowntime") for e in self.versions or ())

@@ -58,6 +58,9 @@ class ModuleConfig(NamespacedResourceModel):
     kyma = models.ForeignKey("controlplane.Kyma", on_delete=models.CASCADE, related_name="module_configs")
     module = models.ForeignKey("controlplane.Module", on_delete=models.CASCADE, related_name="configs")
     spec = models.JSONField(default=dict, blank=True)
+    # The module version the manager should run in this runtime: the runtime's own target (a
+    # rollout may hold an older one), unless a maintenance window holds the installed one.
+    version = models.CharField(max_length=32, blank=True)
     source_generation = models.BigIntegerField(default=0)
     source_resource_version = models.CharField(max_length=64, blank=True)
     status = models.JSONField(
@@ -69,7 +72,7 @@ class ModuleConfig(NamespacedResourceModel):
     # The revision that created it: a watch resumed from N calls it ADDED when this is above N.
     created_revision = models.BigIntegerField(default=0, editable=False)
 
-    SPEC_FIELDS: ClassVar[tuple[str, ...]] = ("spec",)
+    SPEC_FIELDS: ClassVar[tuple[str, ...]] = ("spec", "version")
     REVISION_SEQUENCE = "moduleconfig"
 
     class Meta:

@@ -10,9 +10,11 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
+from fleet import maintenance
 from fleet.k8s.client import RuntimeClient
 from fleet.models import Kyma, KymaState, Module
 from fleet.models.records import CHANGES_KEPT
+from fleet.rollouts.targets import KymaTargets
 from kernel.timefmt import rfc3339
 
 TRUE, FALSE, UNKNOWN = "True", "False", "Unknown"
@@ -42,11 +44,12 @@ class ModuleOutcome:
     resource: dict[str, Any] | None = None
     policy: str = ""
     generation: int = 0
+    maintenance: bool = False  # a new version waits for the runtime's maintenance window
 
     def status(self) -> dict[str, Any]:
         """The entry of upstream's ``status.modules`` (its CRD's fields only)."""
         entry: dict[str, Any] = {"name": self.name, "state": self.state}
-        for key in ("channel", "version", "message"):
+        for key in ("channel", "version", "message", "maintenance"):
             if getattr(self, key):
                 entry[key] = getattr(self, key)
         if self.resource:
@@ -96,6 +99,8 @@ class ReconcileContext:
     verified: dict[str, list] = field(default_factory=dict)  # Kyma.runtime_verified, as it becomes
     same_cluster: bool = False  # what Kyma.runtime_verified says was seen in this very cluster
     _catalog: dict[str, Module] | None = None
+    _targets: KymaTargets | None = None
+    _window: maintenance.WindowState | None = None
 
     def __post_init__(self) -> None:
         # Only valid for the cluster it was seen in: another kubeconfig starts from nothing.
@@ -110,6 +115,19 @@ class ReconcileContext:
         if self._catalog is None:
             self._catalog = {module.name: module for module in Module.objects.all()}
         return self._catalog
+
+    @property
+    def targets(self) -> KymaTargets:
+        """This runtime's own targets where a rollout holds a subject (``fleet.rollouts.targets``)."""
+        if self._targets is None:
+            self._targets = KymaTargets(self.kyma)
+        return self._targets
+
+    def window(self) -> maintenance.WindowState:
+        """The runtime's maintenance window now (read once, only when a version needs it)."""
+        if self._window is None:
+            self._window = maintenance.window_of(self.kyma, self.now)
+        return self._window
 
     def module_cr_kinds(self) -> list[tuple[str, str, str]]:
         """``(group, version, plural)`` of every module CR kind in the catalog, sorted."""

@@ -1,9 +1,9 @@
 """Deleting a Kyma: clean its runtime up first, in order, then let the row go.
 
 Order: the SyncResources' objects (unless Orphan), the module CRs the control plane created, the
-runtime watcher (webhooks first), the Kyma's certificates, the runtime's Kyma; then the finalizer is
-removed and the row deleted. An unreachable runtime keeps the Kyma in Deleting (state Error,
-retried with backoff), exactly as a Kubernetes finalizer would.
+mirrored module catalog, the runtime watcher (webhooks first), the Kyma's certificates, the
+runtime's Kyma; then the finalizer is removed and the row deleted. An unreachable runtime keeps
+the Kyma in Deleting (state Error, retried with backoff), exactly as a Kubernetes finalizer would.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from fleet.k8s.client import RuntimeAPIError, client_for, client_forget
 from fleet.models import Kyma, KymaState
 from pki.models import Certificate
 
-from . import modules, runtime_kyma, sync_resources, watcher_resources
+from . import catalog, modules, runtime_kyma, sync_resources, watcher_resources
 from .context import FALSE, ReconcileContext
 from .status import Outcome, finish, without_finalizer
 
@@ -53,6 +53,7 @@ def cleanup(ctx: ReconcileContext) -> None:
     sync_resources.remove_all(ctx)
     ctx.step()
     modules.remove_all(ctx)
+    catalog.remove(ctx)
     watcher_resources.remove(ctx)
     Certificate.objects.filter(kyma=ctx.kyma).delete()
     ctx.client.delete(runtime_kyma.API_VERSION, "Kyma", runtime_kyma.NAME, runtime_kyma.NAMESPACE)

@@ -23,7 +23,16 @@ from fleet.k8s.client import ObjectKey, Permanent, RuntimeAPIError, Temporary, c
 from fleet.models import Kyma
 from fleet.selectors import watcher_heard_recently
 
-from . import deletion, modules, pause, runtime_kyma, sync_resources, watcher_heartbeat, watcher_resources
+from . import (
+    catalog,
+    deletion,
+    modules,
+    pause,
+    runtime_kyma,
+    sync_resources,
+    watcher_heartbeat,
+    watcher_resources,
+)
 from .context import FALSE, TRUE, ReconcileContext
 from .status import Outcome, finish, with_finalizer
 
@@ -57,6 +66,8 @@ def _runtime_steps(ctx: ReconcileContext) -> None:
     watcher_heartbeat.evaluate(ctx)
     ctx.step()
     changed_configs = modules.sync(ctx)
+    ctx.step()
+    catalog.sync(ctx)
     ctx.step()
     sync_resources.sync(ctx)
     if changed_configs:

@@ -16,12 +16,14 @@ CR's own status is read every time (status changes are not reported).
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from fleet.k8s.client import Exists, Gone
 from fleet.models import KymaState, Module, ModuleConfig
 from fleet.services import modules as module_services
 from kernel.documents.hashing import document_hash
+from kernel.timefmt import display
 
 from .apply import key_of, read, resource_name, verified_recently
 from .context import FALSE, TRUE, ModuleOutcome, ReconcileContext
@@ -89,7 +91,7 @@ def sync(ctx: ReconcileContext) -> list[int]:
                 ModuleOutcome(name, KymaState.ERROR, channel, message="not in the module catalog")
             )
             continue
-        version = module.version_for(channel)
+        version = ctx.targets.module_version(module, channel)
         if version is None:
             missing.append(f"{name}@{channel}")
             ctx.modules.append(
@@ -104,8 +106,15 @@ def sync(ctx: ReconcileContext) -> list[int]:
         if not entry.get("managed", True):
             ctx.modules.append(ModuleOutcome(name, KymaState.READY, channel, version, "not managed"))
             continue
-        outcome = _one(ctx, module, entry, channel, version, configs.get(module.pk), changed)
+        config = configs.get(module.pk)
+        version, held = _maintenance(ctx, module, version, config)
+        outcome = _one(ctx, module, entry, channel, version, config, changed)
         outcome.policy = entry.get("customResourcePolicy", "CreateAndDelete")
+        if held is not None:
+            outcome.maintenance = True
+            outcome.message = held
+            if held.startswith("cannot"):
+                outcome.state = KymaState.ERROR
         ctx.modules.append(outcome)
     if missing:
         ctx.condition(
@@ -122,6 +131,46 @@ def sync(ctx: ReconcileContext) -> list[int]:
     return changed
 
 
+def installed_version(ctx: ReconcileContext, module: Module, config: ModuleConfig | None) -> str:
+    """The version the runtime runs now: what its manager was last given (a config from before
+    versions were handed out: what the Kyma's status said), ``""`` when the module is new here."""
+    if config is None:
+        return ""
+    if config.version:
+        return config.version
+    entry = next((m for m in ctx.kyma.module_status or () if m.get("name") == module.name), None)
+    return str((entry or {}).get("version") or "")
+
+
+def _maintenance(
+    ctx: ReconcileContext, module: Module, version: str, config: ModuleConfig | None
+) -> tuple[str, str | None]:
+    """Upstream's rule: a version that requires downtime reaches a runtime that runs the module
+    already only inside its maintenance window, unless the Kyma skips windows; a first
+    installation is never held back. Returns the version to hand out, and why it is held (then
+    the installed one stays), or ``None``. Without a policy nothing can say when: upstream
+    reports it as an error, and so do we."""
+    installed = installed_version(ctx, module, config)
+    if (
+        not installed
+        or installed == version
+        or ctx.kyma.skip_maintenance_windows
+        or not module.requires_downtime(version)
+    ):
+        return version, None
+    window = ctx.window()
+    if window.is_open:
+        return version, None
+    if window.upcoming is None:
+        return installed, f"cannot update {module.name} from {installed} to {version}: {window.problem}"
+    begin = window.upcoming.begin
+    ctx.recheck(begin + dt.timedelta(seconds=1))  # reconciled again as the window opens
+    return installed, (
+        f"waiting for the next maintenance window to update {module.name} from {installed} to {version} "
+        f"(it requires downtime; the window opens {display(begin)})"
+    )
+
+
 def _one(
     ctx: ReconcileContext,
     module: Module,
@@ -135,7 +184,13 @@ def _one(
     key, digest = "|".join(key_of(doc)), document_hash(doc)
     reported = ((config.status if config else {}) or {}).get("state")
     named = key_of(doc) in ctx.named  # an event of this reconcile said it changed
-    if ctx.events_trusted and reported and not named and verified_recently(ctx, key, digest):
+    if (
+        ctx.events_trusted
+        and reported
+        and not named
+        and config.version == version
+        and verified_recently(ctx, key, digest)
+    ):
         state, message = _state_of(config, {})
         return ModuleOutcome(
             module.name,
@@ -179,7 +234,12 @@ def _one(
         )
     live_meta = live.get("metadata") or {}
     source = (live.get("spec") or {}, live_meta.get("generation", 0), live_meta.get("resourceVersion", ""))
-    if config is None or (config.spec, config.source_generation, config.source_resource_version) != source:
+    if config is None or (
+        config.spec,
+        config.source_generation,
+        config.source_resource_version,
+        config.version,
+    ) != (*source, version):
         # (only this reconcile writes a config's spec, under the Kyma's lease: no need to look again)
         config, was_changed = module_services.moduleconfig_upsert(
             kyma=ctx.kyma,
@@ -187,6 +247,7 @@ def _one(
             spec=source[0],
             source_generation=source[1],
             source_resource_version=source[2],
+            version=version,
         )
         if was_changed and module.notifies:
             changed.append(config.pk)

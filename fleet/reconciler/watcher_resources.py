@@ -15,8 +15,10 @@ from __future__ import annotations
 from typing import Any
 
 from fleet.k8s.client import Permanent
+from fleet.rollouts.targets import KymaTargets
 from kernel.documents.dockerconfig import DockerConfigError
 from pki import services as pki
+from watchers import runtime_config
 from watchers.models import Watcher
 from watchers.rendering import (
     ADOPTED_MANAGERS,
@@ -26,6 +28,7 @@ from watchers.rendering import (
     removal_order,
     runtime_watcher_resources,
 )
+from watchers.rollouts import watcher_from_fields
 from watchers.status import rollout_mark, webhook_problem
 
 from .apply import apply_if_changed, needs_check, prefetch
@@ -43,6 +46,21 @@ def active_watchers() -> list[Watcher]:
     (its status says why) rather than make every runtime refuse the whole configuration."""
     watchers = Watcher.objects.filter(deletion_timestamp__isnull=True).order_by("namespace", "name")
     return [w for w in watchers if not webhook_problem(w)]
+
+
+def runtime_watchers(targets: KymaTargets, watchers: list[Watcher]) -> list[Watcher]:
+    """The Watchers as this runtime gets them: where a rollout holds one and this runtime's wave
+    has not started, its entry as it was (a new Watcher: not yet there)."""
+    found = []
+    for watcher in watchers:
+        held = targets.watcher_entry(watcher)
+        if held is None:
+            found.append(watcher)
+        elif held["fields"] is not None:
+            old = watcher_from_fields(held["fields"])
+            if not webhook_problem(old):
+                found.append(old)
+    return found
 
 
 def left_as_is(ctx: ReconcileContext) -> bool:
@@ -64,8 +82,14 @@ def sync(ctx: ReconcileContext, watchers: list[Watcher]) -> None:
         ctx.fatal = exc.message
         return
     tls = pki.runtime_secret_data(certificate, now=ctx.now)
+    watchers = runtime_watchers(ctx.targets, watchers)
     try:
-        docs = runtime_watcher_resources(watchers=watchers, tls=tls, module_kinds=ctx.module_cr_kinds())
+        docs = runtime_watcher_resources(
+            watchers=watchers,
+            tls=tls,
+            module_kinds=ctx.module_cr_kinds(),
+            config=runtime_config.config_for(ctx.kyma),
+        )
     except DockerConfigError as exc:
         message = f"WATCHER_IMAGE_PULL_SECRET_FILE: {exc}"
         ctx.condition("SKRWebhook", FALSE, "ImagePullSecretError", message)

@@ -12,7 +12,8 @@ from django.db.models import QuerySet
 from fleet.models import Kyma, Module, ModuleConfig, SyncResource
 from fleet.models.kyma import CHANNEL_SCHEMA, DEFAULT_NAMESPACE, MODULES_SCHEMA
 from fleet.models.manifest_policy import KINDS_SCHEMA, NAMESPACES_SCHEMA
-from fleet.models.module import CHANNELS_SCHEMA, DEFAULT_CR_SCHEMA
+from fleet.models.module import CHANNELS_SCHEMA, DEFAULT_CR_SCHEMA, VERSIONS_SCHEMA
+from fleet.models.rollout import POLICY_SCHEMA
 from fleet.models.syncresource import ApplyStrategy, DeletionPolicy
 from fleet.services import kymas as kyma_services
 from fleet.services import modules as module_services
@@ -147,6 +148,8 @@ class ModuleKind(ResourceKind):
         "manager_url": "spec.manager.url",
         "manifest_namespaces": "spec.manifestPolicy.namespaces",
         "manifest_kinds": "spec.manifestPolicy.kinds",
+        "versions": "spec.versions",
+        "rollout_policy": "spec.rolloutPolicy",
     }
 
     def extra_columns(self) -> list:
@@ -177,6 +180,8 @@ class ModuleKind(ResourceKind):
                 "defaultCR": DEFAULT_CR_SCHEMA,
                 "manager": manager,
                 "manifestPolicy": policy,
+                "versions": VERSIONS_SCHEMA,
+                "rolloutPolicy": POLICY_SCHEMA,
             },
             required=("channels", "resource"),
         )
@@ -201,6 +206,8 @@ class ModuleKind(ResourceKind):
             manager_url=manager.get("url", ""),
             manifest_namespaces=policy.get("namespaces") or [],
             manifest_kinds=policy.get("kinds") or [],
+            versions=spec.get("versions") or [],
+            rollout_policy=spec.get("rolloutPolicy") or {},
         )
 
     def to_document(self, module: Module) -> dict[str, Any]:
@@ -224,6 +231,10 @@ class ModuleKind(ResourceKind):
                 "namespaces": module.manifest_namespaces,
                 "kinds": module.manifest_kinds,
             }
+        if module.versions:
+            spec["versions"] = module.versions
+        if module.rollout_policy:
+            spec["rolloutPolicy"] = module.rollout_policy
         return {**self.header(), "metadata": self.metadata(module), "spec": spec}
 
 
@@ -266,6 +277,7 @@ class ModuleConfigKind(ResourceKind):
                 "kyma": config.kyma.name,
                 "runtimeID": config.kyma.runtime_id,
                 "module": config.module.name,
+                "version": config.version,
                 "resource": config.spec,
                 "source": {
                     "generation": config.source_generation,

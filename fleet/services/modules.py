@@ -8,6 +8,8 @@ from django.db import transaction
 
 from fleet import queue
 from fleet.models import Kyma, Module, ModuleConfig, SyncResource
+from fleet.rollouts.services import subject_rollouts_end
+from fleet.rollouts.subjects import module_versions_changed
 from fleet.selectors import kyma_ids_using_module
 from kernel import audit
 from kernel.errors import Conflict
@@ -17,13 +19,23 @@ from .revisions import moduleconfig_revision_stamp
 
 
 def module_save(module: Module) -> bool:
-    """Validate and store a catalog entry; Kymas that enable it are reconciled on change."""
+    """Validate and store a catalog entry; Kymas that enable it are reconciled on change.
+
+    A new version in a channel that more than one runtime uses goes out in a rollout
+    (``fleet.rollouts.subjects``): those runtimes are left to its waves, unless something else of
+    the module changed too (their reconcile then renders that, and still their own version)."""
     with transaction.atomic():
-        changed = resource_save(module, before=stored_spec(module))
+        before = stored_spec(module)
+        changed = resource_save(module, before=before)
         if changed:
-            queue.request(
-                kyma_ids_using_module(module.name), reason=f"module {module.name} changed", urgent=True
+            held = module_versions_changed(module, before["channels"]) if before is not None else set()
+            others_changed = before is not None and any(
+                before[name] != getattr(module, name) for name in Module.SPEC_FIELDS if name != "channels"
             )
+            users = kyma_ids_using_module(module.name)
+            if not others_changed:
+                users = [kyma_id for kyma_id in users if kyma_id not in held]
+            queue.request(users, reason=f"module {module.name} changed", urgent=True)
     return changed
 
 
@@ -41,21 +53,30 @@ def module_delete(*, module: Module) -> None:
     with transaction.atomic():
         affected = kyma_ids_using_module(module.name)
         audit.record_object(module, action="delete")
+        subject_rollouts_end("ModuleVersion", f"{module.name}/", f"module {module.name} was deleted")
         module.delete()
         queue.request(affected, reason=f"module {module.name} deleted", urgent=True)
 
 
 def moduleconfig_upsert(
-    *, kyma: Kyma, module: Module, spec: dict, source_generation: int, source_resource_version: str
+    *,
+    kyma: Kyma,
+    module: Module,
+    spec: dict,
+    source_generation: int,
+    source_resource_version: str,
+    version: str = "",
 ) -> tuple[ModuleConfig, bool]:
-    """Record the module CR's spec found in the runtime. The revision moves only on a real change."""
+    """Record the module CR's spec found in the runtime and the version the manager should run
+    there. The revision moves only on a real change. A new version clears the manager's report:
+    it was about the old one (the module is Processing until the manager reports again)."""
     with transaction.atomic():
         config = ModuleConfig.objects.select_for_update().filter(kyma=kyma, module=module).first()
         if config is None:
             config = ModuleConfig(
                 kyma=kyma, module=module, namespace=kyma.namespace, name=f"{kyma.name}-{module.name}"
             )
-        elif config.spec == spec:
+        elif config.spec == spec and config.version == version:
             if (config.source_generation, config.source_resource_version) != (
                 source_generation,
                 source_resource_version,
@@ -67,7 +88,12 @@ def moduleconfig_upsert(
                 config.save(update_fields=["source_generation", "source_resource_version", "updated_at"])
             return config, False
         before, created = stored_spec(config), config.pk is None
+        if (
+            not created and config.version and config.version != version
+        ):  # (none: a config from before versions)
+            config.status = {}
         config.spec = spec
+        config.version = version
         config.source_generation = source_generation
         config.source_resource_version = source_resource_version
         # The Kyma and Module are rows the caller holds (the reconcile, under the Kyma's lease,

@@ -23,7 +23,9 @@ NO_WATCH = {400, 404, 405, 406, 501}
 
 @dataclass(frozen=True)
 class ModuleConfig:
-    """A module's configuration in one runtime: ``resource`` is the module CR's spec there."""
+    """A module's configuration in one runtime: ``resource`` is the module CR's spec there, and
+    ``version`` the module version to run there (a rollout gives runtimes a new one wave by wave;
+    empty from a control plane that does not say)."""
 
     uid: str
     name: str
@@ -34,6 +36,7 @@ class ModuleConfig:
     resource: dict[str, Any]
     revision: int
     status: dict[str, Any] = field(default_factory=dict)
+    version: str = ""
 
     @classmethod
     def from_document(cls, doc: dict[str, Any]) -> ModuleConfig:
@@ -48,12 +51,14 @@ class ModuleConfig:
             resource=spec.get("resource") or {},
             revision=int(meta.get("resourceVersion") or 0),
             status=doc.get("status") or {},
+            version=spec.get("version") or "",
         )
 
     @property
     def fingerprint(self) -> str:
         """What the handler's answer depends on (not the status, which the manager writes)."""
-        return hashlib.sha256(json.dumps([self.kyma, self.resource], sort_keys=True).encode()).hexdigest()
+        what = [self.kyma, self.resource, self.version]
+        return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
 
 
 Handler = Callable[[ModuleConfig], list[dict[str, Any]] | None]

@@ -165,3 +165,12 @@ def test_of_the_configs_waiting_the_one_handled_longest_ago_goes_first():
         assert manager.done == [("b", 0), ("a", 1), ("c", 3), ("b", 2)]
     finally:
         manager.stop()
+
+
+def test_a_config_carries_the_version_to_run_and_a_new_version_is_new_work():
+    doc = {**DOC, "spec": {**DOC["spec"], "version": "1.2.0"}}
+    config = ModuleConfig.from_document(doc)
+    assert config.version == "1.2.0"
+    older = ModuleConfig.from_document({**DOC, "spec": {**DOC["spec"], "version": "1.1.0"}})
+    assert config.fingerprint != older.fingerprint  # the handler runs again for a new version
+    assert ModuleConfig.from_document(DOC).version == ""  # a control plane that does not say

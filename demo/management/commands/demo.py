@@ -8,7 +8,10 @@ runtime travels webhook → watcher → listener (mutual TLS) → broker → wor
 While it runs, a simulated module manager reports every module Ready, except keda: its manager is
 the SDK's example (``manage.py demo_manager``, a role of ``make run``), which answers the keda CR's
 spec with a Deployment and a ConfigMap in that runtime (``runtime_edit demo-1 --module-spec keda
-replicas=3``). A simulated user that edits
+replicas=3``). Once every demo runtime is Ready, keda's version in channel regular moves from
+2.14.0 to 2.15.0 (``--rollout-after`` seconds later): the change goes out as a rollout, one runtime
+per wave with a bake time between them, so its page (Fleet → Rollouts) shows the waves going by,
+and the keda operator's image in each runtime follows its wave. A simulated user that edits
 one runtime's Kyma every ``--edit-every`` seconds (switching its channel) is off by default: it
 would race the edits a person makes (``runtime_edit`` would find its own change undone, or
 already made). Edit a runtime yourself with ``manage.py runtime_edit demo-1 --channel fast``. The emulated
@@ -27,7 +30,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import close_old_connections
 
-from fleet.models import Kyma, Module, ModuleConfig
+from fleet.models import Kyma, KymaState, Module, ModuleConfig, Rollout
 from fleet.reconciler.runtime_edits import runtime_kyma_edit
 from fleet.services import kymas as kyma_services
 from fleet.services import modules as module_services
@@ -44,6 +47,17 @@ DEMO_LABEL = {"controlplane.kyma-project.io/demo": "true"}
 MODULES = {
     "keda": ("Keda", {"spec": {"replicas": 1, "logLevel": "info"}}),
     "serverless": ("Serverless", {"spec": {"dockerRegistry": {"enableInternal": True}}}),
+}
+# keda's versions are keda's own (its manager runs ghcr.io/kedacore/keda:<version>).
+CHANNELS = {
+    "keda": {"regular": "2.14.0", "fast": "2.16.0"},
+    "serverless": {"regular": "1.0.0", "fast": "1.1.0"},
+}
+# The demo's rollout: keda 2.14.0 -> 2.15.0 in regular, one runtime per wave, 20 s between waves.
+ROLLOUT = ("keda", "regular", "2.14.0", "2.15.0")
+KEDA_ROLLOUT_POLICY = {
+    "waves": [{"name": "canary", "size": 1}, {"name": "next", "size": 1}, {"name": "rest", "size": "100%"}],
+    "gate": {"timeoutSeconds": 300, "maxErrorRatio": 0, "bakeSeconds": 20},
 }
 # Modules whose manager is the SDK's example (manage.py demo_manager), not the stand-in below.
 MANAGED_BY_SDK = ("keda",)
@@ -67,7 +81,8 @@ def ensure_catalog() -> None:
         if not Module.objects.filter(name=name).exists():
             module_services.module_apply(
                 name=name,
-                channels={"regular": "1.0.0", "fast": "1.1.0"},
+                channels=CHANNELS[name],
+                rollout_policy=KEDA_ROLLOUT_POLICY if name == "keda" else {},
                 cr_group="operator.kyma-project.io",
                 cr_version="v1alpha1",
                 cr_kind=kind,
@@ -107,11 +122,22 @@ def report_modules_ready(kymas: list[Kyma]) -> list[str]:
     return reported
 
 
+def all_ready(kymas: list[Kyma]) -> bool:
+    states = Kyma.objects.filter(pk__in=[k.pk for k in kymas]).values_list("state", flat=True)
+    return len(states) == len(kymas) and all(state == KymaState.READY for state in states)
+
+
 class Command(BaseCommand):
     help = "Run simulated runtimes (emulated API servers with the runtime watcher) until stopped."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--runtimes", type=int, default=3, help="how many runtimes (1-50)")
+        parser.add_argument(
+            "--rollout-after",
+            type=float,
+            default=30,
+            help="seconds after every runtime is Ready before keda 2.15.0 goes out in waves (0: never)",
+        )
         parser.add_argument(
             "--edit-every",
             type=float,
@@ -140,24 +166,52 @@ class Command(BaseCommand):
                 "(edit one: python manage.py runtime_edit demo-1 --channel fast, "
                 "or --module-spec keda replicas=3)"
             )
-            self.run(kymas, every)
+            self.run(kymas, every, options["rollout_after"])
         except KeyboardInterrupt:
             pass
         finally:
             host.run(kubelet.aclose())
             host.stop()
 
-    def run(self, kymas: list[Kyma], every: float) -> None:
+    def run(self, kymas: list[Kyma], every: float, rollout_after: float) -> None:
         channels = itertools.cycle(["fast", "regular"])
         next_edit = time.monotonic() + every if every else float("inf")
+        ready_since: float | None = None
         while True:
             close_old_connections()
             for what in report_modules_ready(kymas):
                 self.stdout.write(f"module manager: {what} is Ready")
+            if rollout_after and ready_since is None and all_ready(kymas):
+                ready_since = time.monotonic()
+            if ready_since is not None and time.monotonic() - ready_since >= rollout_after:
+                ready_since, rollout_after = None, 0
+                self.start_rollout()
             if time.monotonic() >= next_edit:
                 next_edit = time.monotonic() + every
                 self.user_edit(random.choice(kymas), next(channels))
             time.sleep(1)
+
+    def start_rollout(self) -> None:
+        """keda's new version in regular, once per demo state (a restarted demo does not repeat it)."""
+        name, channel, old, new = ROLLOUT
+        keda = Module.objects.filter(name=name).first()
+        if (
+            keda is None
+            or keda.channels.get(channel) != old
+            or Rollout.objects.filter(subject=f"{name}/{channel}").exists()
+        ):
+            return
+        keda.channels = {**keda.channels, channel: new}
+        try:
+            module_services.module_save(keda)
+        except ApplicationError as exc:
+            self.stdout.write(f"demo rollout: not started ({exc.message})")
+            return
+        rollout = Rollout.objects.filter(subject=f"{name}/{channel}").order_by("-pk").first()
+        where = f"rollout {rollout.name}" if rollout else "at once (one runtime)"
+        self.stdout.write(
+            f"demo: keda {old} -> {new} in channel {channel} goes out in waves: {where} (Fleet -> Rollouts)"
+        )
 
     def user_edit(self, kyma: Kyma, channel: str) -> None:
         try:
