@@ -5,7 +5,8 @@ The **base** (``deploy/runtime-access/``, the same for every runtime, checked ag
 :func:`base_manifests` by the tests) gives a ServiceAccount ``kyma-control-plane`` in its own
 namespace:
 
-- cluster-wide, only the objects it owns, by name: the Kyma CRD, the namespace ``kyma-system``,
+- cluster-wide, only the objects it owns, by name: the CRDs of the Kyma and of the catalog's
+  mirror (ModuleTemplate, ModuleReleaseMeta), the namespace ``kyma-system``,
   the PriorityClass and the ValidatingWebhookConfiguration of the runtime watcher; plus reading
   CRDs (to learn a module CR's scope) and listing PriorityClasses and webhook configurations
   (one labelled list rechecks several at once). ``create`` is named too: the reconciler creates
@@ -30,6 +31,7 @@ from fleet.models import Module
 from fleet.models.manifest_policy import ANY, BUILTIN_SCOPES
 from watchers.rendering import NAME, PRIORITY_CLASS_NAME
 
+from .catalog_crds import module_release_meta_crd, module_template_crd
 from .kyma_crd import CRD_NAME
 from .runtime_kyma import NAMESPACE as KYMA_NAMESPACE  # the runtime watcher's namespace too
 
@@ -56,11 +58,21 @@ def _named(group: str, resource: str, name: str, verbs: list[str]) -> dict[str, 
     return {"apiGroups": [group], "resources": [resource], "resourceNames": [name], "verbs": verbs}
 
 
+def owned_crds() -> list[str]:
+    """The CRDs the reconciler writes into a runtime: the Kyma's and the catalog mirror's."""
+    return [CRD_NAME, *(crd()["metadata"]["name"] for crd in (module_template_crd, module_release_meta_crd))]
+
+
 def cluster_rules() -> list[dict[str, Any]]:
     """Cluster-wide: only what the control plane owns, by name."""
     return [
         {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": READ},
-        _named("apiextensions.k8s.io", "customresourcedefinitions", CRD_NAME, ["create", "patch", "update"]),
+        {
+            "apiGroups": ["apiextensions.k8s.io"],
+            "resources": ["customresourcedefinitions"],
+            "resourceNames": owned_crds(),
+            "verbs": ["create", "patch", "update"],
+        },
         _named("", "namespaces", KYMA_NAMESPACE, ["get", "create", "patch"]),
         {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["list"]},
         _named("scheduling.k8s.io", "priorityclasses", PRIORITY_CLASS_NAME, ["get", *WRITE]),

@@ -107,6 +107,19 @@ def test_a_first_reconcile_is_accepted_with_our_field_manager(real_runtime, kyma
     config_map = real_runtime.get("v1", "configmaps", "keda", "kyma-system")
     assert config_map["data"] == {"level": "1"}
     assert (MANAGER, "Apply", "") in managers(config_map)
+    # The catalog's mirror: its CRDs, a template per version a channel names, the release meta.
+    for plural in ("moduletemplates", "modulereleasemetas"):
+        crd = real_runtime.get(
+            "apiextensions.k8s.io/v1", "customresourcedefinitions", f"{plural}.operator.kyma-project.io"
+        )
+        assert (MANAGER, "Apply", "") in managers(crd), plural
+    templates = real_runtime.list("operator.kyma-project.io/v1beta2", "moduletemplates", "kyma-system")
+    assert sorted(t["metadata"]["name"] for t in templates) == ["keda-1.0.0", "keda-1.1.0"]
+    meta = real_runtime.get("operator.kyma-project.io/v1beta2", "modulereleasemetas", "keda", "kyma-system")
+    assert {c["channel"]: c["version"] for c in meta["spec"]["channels"]} == {
+        "regular": "1.0.0",
+        "fast": "1.1.0",
+    }
     # Every request was the control plane's own identity, and none was refused.
     requests = real_runtime.control_plane_requests()
     assert requests and all(r.code < 400 or r.code == 404 for r in requests), [
