@@ -12,7 +12,7 @@ from django.contrib.admin.utils import flatten_fieldsets, unquote
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
@@ -20,7 +20,7 @@ from rest_framework.authtoken import admin as authtoken_admin
 
 from kernel import audit, timefmt
 from kernel.api_tokens import api_token_issue, key_revoke
-from kernel.errors import ValidationFailed
+from kernel.errors import ApplicationError, ValidationFailed
 from kernel.fields import BoundedJSONField
 from kernel.filtersets import FilterSetAdmin
 from kernel.models import ApiToken, AuditEntry
@@ -136,6 +136,50 @@ class ResourceVersionForm(forms.ModelForm):
         )
 
 
+class RefusalsShownMixin:
+    """A save or delete the service refuses (a Kyma being deleted, a conflict) is shown on the
+    page like a form error, the input kept; never a 500.
+
+    The service runs after the form was valid, inside Django's save; on a refusal the view runs
+    once more with a form that carries the refusal as its error, so the admin renders the form
+    as posted (and the refusal is recorded like every refused form)."""
+
+    def changeform_view(
+        self,
+        request: HttpRequest,
+        object_id: str | None = None,
+        form_url: str = "",
+        extra_context: Any = None,
+    ) -> Any:
+        try:
+            return super().changeform_view(request, object_id, form_url, extra_context)  # type: ignore[misc]
+        except ApplicationError as exc:
+            if request.method != "POST" or getattr(request, "_service_refusal", None) is not None:
+                raise
+            request._service_refusal = exc  # type: ignore[attr-defined]
+            return super().changeform_view(request, object_id, form_url, extra_context)  # type: ignore[misc]
+
+    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any) -> Any:
+        form = super().get_form(request, obj, change, **kwargs)  # type: ignore[misc]
+        refusal = getattr(request, "_service_refusal", None)
+        if refusal is None:
+            return form
+
+        class Refused(form):  # type: ignore[misc, valid-type]
+            def clean(self) -> dict[str, Any]:
+                super().clean()
+                raise forms.ValidationError(refusal.message)
+
+        return Refused
+
+    def delete_view(self, request: HttpRequest, object_id: str, extra_context: Any = None) -> Any:
+        try:
+            return super().delete_view(request, object_id, extra_context)  # type: ignore[misc]
+        except ApplicationError as exc:
+            messages.error(request, f"Not deleted: {exc.message}")
+            return HttpResponseRedirect(request.get_full_path())
+
+
 class AuditHistoryMixin:
     """An object's *History* page is its audit trail: every write through every door (admin,
     API, commands, module credentials), newest first, with who, from where and what changed."""
@@ -172,7 +216,7 @@ class AuditHistoryMixin:
         return TemplateResponse(request, self.audit_history_template, context)
 
 
-class ResourceAdmin(AuditHistoryMixin, FilterSetAdmin):
+class ResourceAdmin(RefusalsShownMixin, AuditHistoryMixin, FilterSetAdmin):
     """Base admin: system fields read-only, application errors shown as messages, and deletes
     that go through the two-step service instead of removing rows under a running cleanup."""
 
@@ -329,7 +373,7 @@ class AuditEntryAdmin(RecordAdmin):
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(AuditHistoryMixin, admin.ModelAdmin):
+class ApiTokenAdmin(RefusalsShownMixin, AuditHistoryMixin, admin.ModelAdmin):
     """Tokens by name, owner and prefix; the key is shown once, on the page after adding."""
 
     list_display = ("name", "user", "key_prefix", "key_state", "created_at", "expires_at", "last_used_at")

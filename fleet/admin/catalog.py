@@ -16,6 +16,7 @@ from fleet.models import Module, ModuleConfig, ModuleCredential, SyncResource
 from fleet.services import credentials as credential_services
 from fleet.services import modules as module_services
 from kernel.admin import (
+    RefusalsShownMixin,
     ResourceAdmin,
     ResourceVersionForm,
     WriteOnlySecretField,
@@ -88,7 +89,7 @@ class ModuleAdmin(ResourceAdmin):
 
 
 @admin.register(ModuleCredential)
-class ModuleCredentialAdmin(admin.ModelAdmin):
+class ModuleCredentialAdmin(RefusalsShownMixin, admin.ModelAdmin):
     """A module manager's credentials: the key is shown once, on the page after adding; revoking
     keeps the row (and says when), so the record of who could act for the module stays."""
 

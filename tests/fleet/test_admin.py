@@ -237,3 +237,24 @@ def test_given_reconcile_records_then_their_list_says_why_and_what_changed(admin
     assert "<li>channel regular → fast</li>" in html and "<li>… 2 more</li>" in html and ">periodic<" in html
     detail = admin_client.get(reverse("admin:controlplane_reconcilerecord_change", args=[record.pk]))
     assert "ConfigMap x/c5 created" in detail.content.decode()
+
+
+def test_given_a_kyma_being_deleted_when_its_form_is_saved_then_the_refusal_is_shown_with_the_input(
+    admin_client,
+):
+    kyma = KymaFactory(finalizers=["operator.kyma-project.io/Kyma"], channel="regular")
+    admin_client.post(reverse("admin:controlplane_kyma_delete", args=[kyma.pk]), {"post": "yes"})
+    kyma.refresh_from_db()
+    url = reverse("admin:controlplane_kyma_edit", args=[kyma.pk])
+    form = admin_client.get(url).context["adminform"].form
+    data = {name: form[name].value() for name in form.fields if form[name].value() is not None}
+    data.update(channel="fast", labels="{}", annotations="{}", modules="[]")
+
+    response = admin_client.post(url, data)
+
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "is being deleted; it cannot be changed" in page
+    assert 'value="fast"' in page or "fast</option>" in page  # the input is shown again
+    kyma.refresh_from_db()
+    assert (kyma.channel, kyma.state) == ("regular", "Deleting")
