@@ -3,7 +3,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
-# loadgroup: the kube tier's tests share one worker (and its real API servers); others spread.
+# loadgroup: the kube tier's tests (and the whole-stack tests of manage.py up) share one worker; others spread.
 PYTEST_ARGS ?= -n 2 --dist loadgroup
 # Browser tests drive Debian's Chromium; `make test` installs it when missing (needs root and apt).
 CHROMIUM ?= /usr/bin/chromium

@@ -20,10 +20,16 @@ from listener.models import WatchEventRecord
 from pki import services as pki
 from tests.support.processes import Process, free_port, process_env
 
-pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+# Each test runs the whole control plane: on the kube tier's worker (--dist loadgroup), so that no
+# two whole stacks (or a stack and a real API server's start) share the 2 cores at once.
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.xdist_group("kube"),
+]
 
 
-def eventually(check: Callable[[], object], what: str, up: Process, timeout: float = 90) -> None:
+def eventually(check: Callable[[], object], what: str, up: Process, timeout: float = 180) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if up.proc.poll() is not None:

@@ -20,7 +20,13 @@ import pytest
 from pki import services as pki
 from tests.support.processes import ROOT, free_port, process_env
 
-pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+# Each test runs the whole control plane: on the kube tier's worker (--dist loadgroup), so that no
+# two whole stacks (or a stack and a real API server's start) share the 2 cores at once.
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.xdist_group("kube"),
+]
 
 ROLES = 4  # web, listener, worker, beat (started with --no-demo)
 
@@ -59,7 +65,7 @@ class Up:
     def output(self) -> str:
         return "\n".join(self.lines)
 
-    def wait_running(self, timeout: float = 60) -> set[tuple[int, str]]:
+    def wait_running(self, timeout: float = 150) -> set[tuple[int, str]]:
         """Wait until every role runs (web and listener accept connections, the worker's pool is
         ready); returns the processes under ``up`` (its children and theirs) as (pid, start time)."""
         wait_until(
