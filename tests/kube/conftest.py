@@ -16,6 +16,9 @@ HERE = Path(__file__).resolve().parent
 CONTRACT = HERE / "contract"
 
 
+# tryfirst: xdist's own hook turns the xdist_group marks into groups (--dist loadgroup); the marks
+# must be there before it runs, or the tier spreads over both workers, each with its own etcd.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if HERE not in item.path.parents:
