@@ -7,6 +7,7 @@ delivery proves the watcher trusts a bundle with several CAs.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -96,3 +97,14 @@ def client_for(pki: Pki) -> Iterator[Callable[[WatcherServer], WebhookClient]]:
 @pytest.fixture
 def webhook(watcher: WatcherServer, client_for: Callable[[WatcherServer], WebhookClient]) -> WebhookClient:
     return client_for(watcher)
+
+
+def pytest_make_parametrize_id(config: pytest.Config, val: object, argname: str) -> str | None:
+    """A review built by ``support.review`` carries random uids: its test id names its operation
+    instead, so every xdist worker collects the same ids."""
+    if isinstance(val, bytes) and val.startswith(b'{"kind": "AdmissionReview"'):
+        try:
+            return f"review-{json.loads(val)['request']['operation']}"
+        except (ValueError, KeyError, TypeError):
+            return "review"
+    return None
