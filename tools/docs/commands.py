@@ -43,7 +43,8 @@ def _common_dests() -> set[str]:
 def _argument(action: argparse.Action) -> Argument:
     names = ", ".join(action.option_strings) if action.option_strings else (action.metavar or action.dest)
     if action.option_strings and action.nargs != 0:
-        names += f" {action.metavar or action.dest.upper()}"
+        metavar = action.metavar or action.dest.upper()
+        names += f" {' '.join(metavar) if isinstance(metavar, tuple) else metavar}"
     text = argparse.HelpFormatter("manage.py")._expand_help(action).strip() if action.help else ""
     default = ""
     if (
