@@ -63,12 +63,13 @@ pytest: $(INSTALLED) browser-deps kube-deps interop-deps
 ## docs: build the handbook (docs/, mkdocs.yml) into build/site in strict mode: a broken link, a
 ##      missing page, a setting, command or metric without a description or a diagram that does not
 ##      parse fails the build
+# (NO_MKDOCS_2_WARNING: Material prints a banner about its end of life, May 2027, on every build.)
 docs: $(INSTALLED) $(DOCS_NODE_INSTALLED)
-	$(BIN)/python -m mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
 
 ## docs-serve: serve the handbook at http://$(DOCS_ADDR)/ and rebuild it on every change
 docs-serve: $(INSTALLED) $(DOCS_NODE_INSTALLED)
-	$(BIN)/python -m mkdocs serve --strict --dev-addr $(DOCS_ADDR)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs serve --strict --dev-addr $(DOCS_ADDR)
 
 ## kube: build kube-apiserver, kube-controller-manager and etcd from the pinned sources
 ##      (envtest/build/go.mod) into a cache outside the repository; prints their paths
