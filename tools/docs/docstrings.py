@@ -41,3 +41,16 @@ def markdown(path: str, *, level: int = 3, root: Path = ROOT) -> str:
         index += 1
     text = "\n".join(out)
     return ROLE.sub(r"`\1`", text)
+
+
+def benchmarks_table(root: Path = ROOT) -> str:
+    """Every benchmark (a ``bench/*.py`` that runs as a script, as ``tests/bench`` finds them) with
+    the first line of its docstring."""
+    rows = ["| benchmark | what it measures |", "|---|---|"]
+    for path in sorted((root / "bench").glob("*.py")):
+        source = path.read_text()
+        if not re.search(r"""__name__ == ["']__main__["']""", source):
+            continue
+        doc = ast.get_docstring(ast.parse(source)) or ""
+        rows.append(f"| `bench/{path.name}` | {doc.splitlines()[0] if doc else ''} |")
+    return "\n".join(rows)

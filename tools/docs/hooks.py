@@ -90,6 +90,8 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
 
 
 def _placeholder(name: str, argument: str | None) -> str | None:
+    if name == "benchmarks":
+        return docstrings.benchmarks_table()
     if name == "docstring" and argument:
         return docstrings.markdown(argument)
     if name == "layers":
