@@ -9,13 +9,23 @@ PYTEST_ARGS ?= -n 2 --dist loadgroup
 CHROMIUM ?= /usr/bin/chromium
 CHROMEDRIVER ?= /usr/bin/chromedriver
 
-.PHONY: run test lint pytest fuzz browser-deps kube kube-deps services bench clean
+.PHONY: run test lint pytest fuzz browser-deps kube kube-deps services bench clean docs docs-serve
 .PHONY: interop interop-deps
 
 $(INSTALLED): requirements.txt requirements-dev.txt
 	@test -x "$(BIN)/python" || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	@touch $(INSTALLED)
+
+# The docs' Mermaid (checked at build time with Node, served to browsers from the site), pinned by
+# its lockfile.
+DOCS_NODE := tools/docs/mermaid
+DOCS_NODE_INSTALLED := $(DOCS_NODE)/node_modules/.installed
+DOCS_ADDR ?= 127.0.0.1:8010
+$(DOCS_NODE_INSTALLED): $(DOCS_NODE)/package.json $(DOCS_NODE)/package-lock.json
+	@command -v npm >/dev/null || { echo "make docs needs Node.js 18 or later and npm (Debian: apt-get install nodejs npm): the build parses every Mermaid diagram with it"; exit 1; }
+	cd $(DOCS_NODE) && npm ci --no-audit --no-fund --loglevel=error
+	@touch $(DOCS_NODE_INSTALLED)
 
 ## run: install, migrate, create an admin, start every role (and simulated runtimes;
 ##      `make run UP_ARGS=--no-demo` without them)
@@ -49,6 +59,18 @@ pytest: $(INSTALLED) browser-deps kube-deps interop-deps
 	fi; \
 	echo "$(BIN)/python -m pytest $(PYTEST_ARGS)$${skip:+ -m \"$$skip\"}"; \
 	CHROMIUM="$(CHROMIUM)" CHROMEDRIVER="$(CHROMEDRIVER)" $(BIN)/python -m pytest $(PYTEST_ARGS) $${skip:+-m "$$skip"}
+
+## docs: build the handbook (docs/, mkdocs.yml) into build/site in strict mode: a broken link, a
+##      missing page, a setting, command or metric without a description or a diagram that does not
+##      parse fails the build
+# (NO_MKDOCS_2_WARNING: Material prints a banner about its end of life, May 2027, on every build.)
+docs: $(INSTALLED) $(DOCS_NODE_INSTALLED)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
+
+## docs-serve: serve the handbook at http://$(DOCS_ADDR)/ and rebuild it on every change (warnings
+##      are shown, not fatal, while you edit; `make docs` is the strict check)
+docs-serve: $(INSTALLED) $(DOCS_NODE_INSTALLED)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs serve --dev-addr $(DOCS_ADDR)
 
 ## kube: build kube-apiserver, kube-controller-manager and etcd from the pinned sources
 ##      (envtest/build/go.mod) into a cache outside the repository; prints their paths
@@ -94,4 +116,4 @@ services:
 	.ci/services
 
 clean:
-	rm -rf .state test-artifacts
+	rm -rf .state test-artifacts build/site

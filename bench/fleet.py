@@ -50,7 +50,8 @@ os.environ.setdefault("RUNTIME_CLIENT_CACHE", "10000")
 os.environ.setdefault("RECONCILE_SWEEP_LIMIT", "1000000")
 # The emulated runtimes run no watcher processes (their pods just look ready): the Kymas are
 # registered as heard from their watcher, and the window is a day, so every watcher counts as
-# alive for the whole run (as with heartbeats) and a periodic no-op trusts its events (README).
+# alive for the whole run (as with heartbeats) and a periodic no-op trusts its events
+# (docs/contributors/reconcile.md).
 os.environ.setdefault("WATCHER_SILENT_AFTER", "86400")
 setup_django("fleet")
 

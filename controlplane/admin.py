@@ -61,7 +61,7 @@ class PeriodicTaskAdmin(admin.ModelAdmin):
     @admin.display(description="set by")
     def owner(self, task: beat.PeriodicTask) -> str:
         if task.name in settings.CELERY_BEAT_SCHEDULE:
-            return "the code (CELERY_BEAT_SCHEDULE; see the README's configuration table)"
+            return "the code (CELERY_BEAT_SCHEDULE; see the settings reference)"
         return "beat itself" if task.name.startswith("celery.") else "unknown (not in the code's schedule)"
 
     def has_add_permission(self, request: HttpRequest) -> bool:

@@ -22,8 +22,8 @@ Who leads and since when: one log line on every change (``beat: leading since ..
 beat's side port (``BEAT_METRICS_BIND``), and the web role's ``controlplane_beat_leader_*``
 gauges read from the lease row (:mod:`controlplane.metrics`).
 
-Why a lease in the database rather than a lock elsewhere (README, "Beat, elected"): it works
-with the quickstart's SQLite as with PostgreSQL, needs no other service, survives a broker
+Why a lease in the database rather than a lock elsewhere (docs/operators/high-availability.md, "Beat,
+elected"): it works with the quickstart's SQLite as with PostgreSQL, needs no other service, survives a broker
 outage (Redis down does not unseat the leader), ends within a bounded time however the leader
 died (a PostgreSQL advisory lock held by a frozen or partitioned leader's open session is never
 released), and its term fences the claim of each tick.

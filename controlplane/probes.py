@@ -123,12 +123,12 @@ class BeatCollector(Collector):
         yield leading
         since = GaugeMetricFamily(
             "controlplane_beat_leading_since_timestamp_seconds",
-            "when this beat took the lease it holds (absent while standing by)",
+            "When this beat took the lease it holds (absent while standing by)",
             labels=labels,
         )
         term = GaugeMetricFamily(
             "controlplane_beat_lease_term",
-            "the lease term this beat holds (absent while standing by)",
+            "The lease term this beat holds (absent while standing by)",
             labels=labels,
         )
         if held:
@@ -136,7 +136,7 @@ class BeatCollector(Collector):
             term.add_metric([election.holder], held.term)
         yield since
         yield term
-        sent = CounterMetricFamily("controlplane_beat_sent", "periodic tasks this beat sent", labels=labels)
+        sent = CounterMetricFamily("controlplane_beat_sent", "Periodic tasks this beat sent", labels=labels)
         sent.add_metric([election.holder], scheduler.sent)
         yield sent
 

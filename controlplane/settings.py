@@ -3,7 +3,9 @@
 Defaults need no setup: SQLite and Celery's filesystem broker under a local state directory,
 and - in debug mode only - a secret key and an encryption key generated into that directory on
 first use. With ``DJANGO_DEBUG`` off the process refuses to start without a real secret key and
-encryption keys. Every variable read here is listed in the README's configuration table.
+encryption keys. The ``#:`` comment above each read is that variable's meaning in the settings
+reference the documentation build generates (``tools/docs/environment.py``; a test fails when a
+variable has none).
 """
 
 from __future__ import annotations
@@ -25,8 +27,14 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
 
+#: Development mode. Set `0` in production: then `DJANGO_SECRET_KEY`, `CONTROLPLANE_ENCRYPTION_KEYS` and
+#: `DJANGO_ALLOWED_HOSTS` are required and the process refuses to start without them.
 DEBUG: bool = env.bool("DJANGO_DEBUG", default=True)
+#: SQLite database, filesystem broker, development keys, metrics files.
+#: Default: `./.state` (in the repository)
 STATE_DIR = Path(env.str("CONTROLPLANE_STATE_DIR", default=str(BASE_DIR / ".state"))).resolve()
+#: `web` or `listener`: tunes database settings for the role. Set by `serve` (and by the listener's WSGI
+#: module).
 ROLE: str = env.str("CONTROLPLANE_ROLE", default="web")
 
 
@@ -42,7 +50,12 @@ def _state_secret(filename: str, make: Callable[[], str]) -> str:
 
 # --- Core Django -----------------------------------------------------------------------------
 
+#: Django's secret key (at least 50 random characters).
+#: Default: generated into the state dir (debug only)
 SECRET_KEY: str = env.str("DJANGO_SECRET_KEY", default="")
+#: Comma-separated Fernet keys; the first encrypts private keys and kubeconfigs, all decrypt. Rotate by
+#: prepending a new key, running `python manage.py reencrypt`, then dropping the old one.
+#: Default: generated into the state dir (debug only)
 ENCRYPTION_KEYS: list[str] = env.list("CONTROLPLANE_ENCRYPTION_KEYS", default=[])
 if DEBUG:
     SECRET_KEY = SECRET_KEY or _state_secret("secret-key", lambda: secrets.token_urlsafe(50))
@@ -69,11 +82,14 @@ for _key in ENCRYPTION_KEYS:
             f"CONTROLPLANE_ENCRYPTION_KEYS holds an invalid Fernet key: {exc}"
         ) from exc
 
+#: Host names the web role answers to.
+#: Default: `localhost,127.0.0.1,[::1]` in debug mode; none in production (required)
 ALLOWED_HOSTS: list[str] = env.list(
     "DJANGO_ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"] if DEBUG else []
 )
 if not DEBUG and not ALLOWED_HOSTS:
     raise ImproperlyConfigured("DJANGO_ALLOWED_HOSTS must be set when DJANGO_DEBUG is off")
+#: Origins allowed to post forms (behind an ingress).
 CSRF_TRUSTED_ORIGINS: list[str] = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
 
 INSTALLED_APPS = [
@@ -138,9 +154,12 @@ TEMPLATES = [
     },
 ]
 
+#: The database, e.g. `postgres://user:pass@host:5432/db`.
+#: Default: `sqlite:///<state dir>/controlplane.sqlite3`
 DATABASES = {
     "default": env.db_url("DATABASE_URL", default=f"sqlite:///{STATE_DIR / 'controlplane.sqlite3'}"),
 }
+#: Seconds a database connection is reused.
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
@@ -184,18 +203,29 @@ WHITENOISE_USE_FINDERS = DEBUG
 # --- Security (production) -------------------------------------------------------------------
 
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+#: Redirect HTTP to HTTPS (health and metrics are exempt).
+#: Default: on in production (`DJANGO_DEBUG=0`), off in debug mode
 SECURE_SSL_REDIRECT: bool = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=not DEBUG)
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+#: HSTS max-age.
+#: Default: `31536000` in production, `0` in debug mode
 SECURE_HSTS_SECONDS: int = env.int("DJANGO_HSTS_SECONDS", default=0 if DEBUG else 31536000)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = not DEBUG
+#: HSTS preload flag.
+#: Default: on in production, off in debug mode
 SECURE_HSTS_PRELOAD: bool = env.bool("DJANGO_HSTS_PRELOAD", default=not DEBUG)
 SESSION_COOKIE_SECURE = not DEBUG
 CSRF_COOKIE_SECURE = not DEBUG
 X_FRAME_OPTIONS = "DENY"
 
+# --- Logging ---------------------------------------------------------------------------------
+
+#: `text`, or `json`: one JSON object per line (`time`, `level`, `logger`, `message`, `exc_info`) for log
+#: collectors.
 LOG_FORMAT: str = env.str("LOG_FORMAT", default="text")
 if LOG_FORMAT not in ("text", "json"):
     raise ImproperlyConfigured(f"LOG_FORMAT must be 'text' or 'json', not {LOG_FORMAT!r}")
+#: Root log level.
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -264,11 +294,15 @@ SPECTACULAR_SETTINGS = {
 
 # --- Celery ----------------------------------------------------------------------------------
 
+#: The Celery broker, e.g. `redis://host:6379/0` or `amqp://...`; the default is a directory under the state
+#: dir (Celery's filesystem transport).
 CELERY_BROKER_URL: str = env.str("CELERY_BROKER_URL", default="filesystem://localhost/")
 if CELERY_BROKER_URL.startswith("filesystem://"):
     _queue_dir = STATE_DIR / "broker"
     for _sub in ("queue", "processed", "control"):
         (_queue_dir / _sub).mkdir(parents=True, exist_ok=True)
+    #: Filesystem broker: seconds between polls (0.1 s keeps event-to-reconcile latency low at negligible
+    #: cost).
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_queue_dir / "queue"),
         "data_folder_out": str(_queue_dir / "queue"),
@@ -279,6 +313,7 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "polling_interval": env.float("CELERY_FILESYSTEM_POLLING_INTERVAL", default=0.1),
     }
 else:
+    #: Redis: seconds before an unacknowledged task is redelivered; it must exceed the longest task and ETA.
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=600)
     }
@@ -292,7 +327,12 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # a round trip), so each worker process runs many at once in threads (bench/fleet.py measured the
 # threads pool against prefork). Each thread keeps its own database connection: workers x
 # WORKER_CONCURRENCY must stay well below PostgreSQL's max_connections.
+#: Celery pool of `celery -A controlplane worker` (and `make run`): `threads` runs many reconciles at once in
+#: one process while they wait on runtime API servers; `prefork` or `solo` otherwise.
 CELERY_WORKER_POOL: str = env.str("WORKER_POOL", default="threads")
+#: Reconciles one worker process runs at once (threads); run about one worker process per core. Each thread
+#: holds one database connection, so worker processes x this must stay below PostgreSQL's `max_connections`
+#: (100 by default).
 CELERY_WORKER_CONCURRENCY: int = env.int("WORKER_CONCURRENCY", default=16)
 # Celery's Django fix-up reconnects around every task unless this is set; with it, a task reuses
 # its thread's connection (controlplane/celery.py checks its age and health before each task).
@@ -304,6 +344,7 @@ if CELERY_WORKER_CONCURRENCY < 1:
 # With a broker that has no event loop (the filesystem one) ETA tasks wait on a timer thread that
 # sleeps up to this long between checks; Celery's 1 s default would add up to a second to every
 # event-triggered reconcile (they carry LISTENER_RECONCILE_DELAY as countdown).
+#: Seconds: how precisely a worker starts delayed tasks (e.g. the listener's delay).
 CELERY_WORKER_TIMER_PRECISION: float = env.float("CELERY_WORKER_TIMER_PRECISION", default=0.05)
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
@@ -313,12 +354,14 @@ CELERY_BEAT_SCHEDULER = "controlplane.beat:ElectedScheduler"
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_TASK_DEFAULT_QUEUE = "controlplane"
 # Publishing must fail fast (the listener answers 503) instead of hanging on a dead broker.
+#: Seconds before a publish gives up (the caller then answers 503).
 CELERY_BROKER_CONNECTION_TIMEOUT: float = env.float("CELERY_BROKER_CONNECTION_TIMEOUT", default=2.0)
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2}
 # A worker outlives broker outages (controlplane/worker.py): it reconnects for ever, at most this
 # many seconds apart, and gives back what it held when the connection went (controlplane/broker.py).
 CELERY_WORKER_CONSUMER = "controlplane.worker:Consumer"
 CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+#: Seconds at most between a worker's tries to reconnect to a lost broker (it never gives up).
 WORKER_RECONNECT_MAX: float = env.float("WORKER_RECONNECT_MAX", default=2.0)
 if WORKER_RECONNECT_MAX <= 0:
     raise ImproperlyConfigured("WORKER_RECONNECT_MAX must be positive")
@@ -326,52 +369,76 @@ if WORKER_RECONNECT_MAX <= 0:
 # a reconcile is idempotent and leased): Celery 6 would cancel them by default.
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 
-# Beat's election: the leader renews its lease every third of BEAT_LEASE_SECONDS; a standby tries
-# to take it every BEAT_STANDBY_POLL seconds, so a killed leader is replaced within their sum.
+#: Beat's election: the leading beat renews its lease every third of this; a standby takes over this long
+#: (plus one poll) after the leader died, at once after it stopped on purpose.
 BEAT_LEASE_SECONDS: float = env.float("BEAT_LEASE_SECONDS", default=10.0)
+#: Seconds between a standing-by beat's tries to take the lease.
 BEAT_STANDBY_POLL: float = env.float("BEAT_STANDBY_POLL", default=1.0)
 if not 0 < BEAT_STANDBY_POLL < BEAT_LEASE_SECONDS:
     raise ImproperlyConfigured("BEAT_STANDBY_POLL must be positive and below BEAT_LEASE_SECONDS")
-# Side ports of the Celery roles (probes and metrics: controlplane/probes.py); empty: none.
+#: Side port of each beat process (empty: none): `/healthz` (liveness: its loop comes round), `/readyz` (its
+#: last lease round reached the database, leader and standby alike, and the body says which it is), `/metrics`
+#: (`deploy/kubernetes` uses 9104).
 BEAT_METRICS_BIND: str = env.str("BEAT_METRICS_BIND", default="")
+#: Side port of each worker process (empty: none): `/healthz` (liveness: the process runs), `/readyz`
+#: (database and broker answer), `/metrics` (`deploy/kubernetes` uses 9103).
 WORKER_METRICS_BIND: str = env.str("WORKER_METRICS_BIND", default="")
 
 # --- Control plane ---------------------------------------------------------------------------
 
+#: Address of the web role.
 WEB_BIND: str = env.str("WEB_BIND", default="127.0.0.1:8000")
+#: gunicorn processes of the web role.
 WEB_WORKERS: int = env.int("WEB_WORKERS", default=2)
+#: URL printed for people.
+#: Default: `http://<WEB_BIND>`
 PUBLIC_URL: str = env.str("CONTROLPLANE_PUBLIC_URL", default=f"http://{WEB_BIND}")
 
 # --- Reconcile scheduling ----------------------------------------------------------------------
 
-# A queued-flag older than this is considered lost (its task vanished) and is claimed again.
+#: Seconds after which a reconcile mark whose task vanished is claimed again.
 RECONCILE_QUEUED_TTL: int = env.int("RECONCILE_QUEUED_TTL", default=120)
-# A mark whose task was due this long ago and never started, while the broker's queue is empty,
-# lost its task (the process that claimed it, or the worker that held it, died): beat's sweep
-# queues the reconcile again (fleet/queue/requests.py).
+# (fleet/queue/requests.py: "while the broker's queue is short" is OVERDUE_BACKLOG messages.)
+#: Seconds after its due time a queued reconcile that never started counts as lost (its publisher or the
+#: worker holding it died), while the broker's queue is short: beat's sweep queues it again.
 RECONCILE_OVERDUE_AFTER: float = env.float("RECONCILE_OVERDUE_AFTER", default=30)
-# How long one reconcile may hold a Kyma before another worker may take over.
+#: How long a worker may hold a Kyma before another may take over.
 RECONCILE_LEASE_SECONDS: int = env.int("RECONCILE_LEASE_SECONDS", default=60)
 
 # --- PKI -------------------------------------------------------------------------------------
 
+#: Key of new CAs: `ecdsa-p256`, `rsa-2048`, `rsa-3072`, `rsa-4096`.
 PKI_CA_KEY_TYPE: str = env.str("PKI_CA_KEY_TYPE", default="ecdsa-p256")
+#: Lifetime of a new CA.
 PKI_CA_VALIDITY_DAYS: int = env.int("PKI_CA_VALIDITY_DAYS", default=90)
+#: Subject CN of new CAs.
 PKI_CA_COMMON_NAME: str = env.str("PKI_CA_COMMON_NAME", default="Kyma fleet control plane CA")
+#: Optional subject field O of new CAs.
 PKI_CA_ORGANIZATION: str = env.str("PKI_CA_ORGANIZATION", default="")
+#: Optional subject field OU of new CAs.
 PKI_CA_ORGANIZATIONAL_UNIT: str = env.str("PKI_CA_ORGANIZATIONAL_UNIT", default="")
+#: Optional subject field C of new CAs.
 PKI_CA_COUNTRY: str = env.str("PKI_CA_COUNTRY", default="")
+#: Optional subject field L of new CAs.
 PKI_CA_LOCALITY: str = env.str("PKI_CA_LOCALITY", default="")
-# Rotate the issuing CA this long before it expires; runtimes then have the grace period to
-# receive the new bundle before the listener presents a certificate from the new CA.
+#: Start a CA rotation this long before the issuing CA expires; runtimes then have the grace period to receive
+#: the new bundle before the listener presents a certificate from the new CA.
 PKI_CA_ROTATE_BEFORE_DAYS: int = env.int("PKI_CA_ROTATE_BEFORE_DAYS", default=34)
+#: After a rotation, how long the listener keeps presenting its old-CA certificate.
 PKI_CA_GRACE_DAYS: float = env.float("PKI_CA_GRACE_DAYS", default=4)
+#: Key of runtime and listener certificates.
 PKI_CERT_KEY_TYPE: str = env.str("PKI_CERT_KEY_TYPE", default="ecdsa-p256")
+#: Lifetime of runtime and listener certificates (never beyond the CA).
 PKI_CERT_VALIDITY_DAYS: int = env.int("PKI_CERT_VALIDITY_DAYS", default=60)
+#: Renew this long before expiry.
 PKI_CERT_RENEW_BEFORE_DAYS: int = env.int("PKI_CERT_RENEW_BEFORE_DAYS", default=30)
+#: Extra SANs of every runtime certificate.
 PKI_EXTRA_DNS_NAMES: list[str] = env.list("PKI_EXTRA_DNS_NAMES", default=[])
+#: Certificates renewed per maintenance run.
 PKI_RENEW_BATCH: int = env.int("PKI_RENEW_BATCH", default=500)
+#: Seconds between beat's PKI maintenance runs.
 PKI_MAINTAIN_INTERVAL: int = env.int("PKI_MAINTAIN_INTERVAL", default=300)
+#: SANs of the listener's server certificate (names runtime watchers dial).
 LISTENER_HOSTNAMES: list[str] = env.list("LISTENER_HOSTNAMES", default=["localhost", "127.0.0.1"])
 
 _KEY_TYPES = ("ecdsa-p256", "rsa-2048", "rsa-3072", "rsa-4096")
@@ -392,6 +459,8 @@ if not LISTENER_HOSTNAMES:
 
 # --- Audit trail (kernel.audit): who did what, through which door -------------------------------
 
+#: Days the audit trail (who did what, `/api/v1/audit/`) keeps an entry; beat's `kernel.audit_prune` removes
+#: older ones every hour.
 AUDIT_KEPT_DAYS: float = env.float("AUDIT_KEPT_DAYS", default=90)
 if AUDIT_KEPT_DAYS <= 0:
     raise ImproperlyConfigured("AUDIT_KEPT_DAYS must be a positive number of days")
@@ -414,25 +483,36 @@ CELERY_BEAT_SCHEDULE = {
 
 # --- Listener (WatchEvents from runtime watchers) -----------------------------------------------
 
+#: Address of the listener role.
 LISTENER_BIND: str = env.str("LISTENER_BIND", default="127.0.0.1:8443")
+#: `direct` (TLS with client certificates here) or `proxy` (behind Istio/Envoy, plain HTTP, identity from
+#: `X-Forwarded-Client-Cert`).
 LISTENER_MODE: str = env.str("LISTENER_MODE", default="direct")
 if LISTENER_MODE not in ("direct", "proxy"):
     raise ImproperlyConfigured(f"LISTENER_MODE must be 'direct' or 'proxy', got {LISTENER_MODE!r}")
+#: Addresses/CIDRs allowed to send `X-Forwarded-Client-Cert` (proxy mode).
 LISTENER_TRUSTED_PROXIES: list[str] = env.list("LISTENER_TRUSTED_PROXIES", default=[])
+#: On contract v2 too, require the Kyma's `skr-domain` as SAN of the client certificate.
 LISTENER_SAN_PINNING: bool = env.bool("LISTENER_SAN_PINNING", default=True)
+#: gunicorn processes of the listener.
 LISTENER_WORKERS: int = env.int("LISTENER_WORKERS", default=2)
+#: gunicorn threads per listener process.
 LISTENER_THREADS: int = env.int("LISTENER_THREADS", default=8)
+#: Plain-HTTP side port of the listener: `/metrics`, `/healthz`, `/readyz` (database, broker and, in direct
+#: mode, its TLS files usable, else 503).
 LISTENER_METRICS_BIND: str = env.str("LISTENER_METRICS_BIND", default="127.0.0.1:9102")
-# The component whose events reconcile the Kyma itself (upstream: lifecycle-manager).
+#: The component whose events reconcile the Kyma itself (upstream: lifecycle-manager).
 LISTENER_RECONCILE_COMPONENT: str = env.str("LISTENER_RECONCILE_COMPONENT", default="lifecycle-manager")
-# A validating webhook fires before the API server stores the change: wait this long before the
-# reconcile an event triggers, so it reads the change (and bursts coalesce meanwhile).
+#: Seconds between an event that does not name its change (upstream's watcher) and the reconcile it queues: a
+#: validating webhook fires before the API server stores the change, so the reconcile waits this long to read
+#: it (and bursts coalesce meanwhile).
 LISTENER_RECONCILE_DELAY: float = env.float("LISTENER_RECONCILE_DELAY", default=0.1)
-# How far other hosts' clocks may run ahead of a listener's (used to skip redundant queue checks).
+#: How far other hosts' clocks may run ahead (the listener skips queue checks for events a queued reconcile
+#: provably covers).
 LISTENER_CLOCK_SKEW: float = env.float("LISTENER_CLOCK_SKEW", default=0.025)
-# The least time between an event and the moment its reconcile reads the runtime (the API server
-# stores the change after the webhook answered); events just before a queued reconcile is due
-# make it wait that long.
+#: Least time between an event and the moment the reconcile covering it reads the runtime (an event that finds
+#: its reconcile due sooner makes it wait `LISTENER_RECONCILE_DELAY`; `0` turns it off; otherwise margin +
+#: `LISTENER_CLOCK_SKEW` must not exceed `LISTENER_RECONCILE_DELAY`).
 LISTENER_EVENT_MARGIN: float = env.float("LISTENER_EVENT_MARGIN", default=0.05)
 if LISTENER_EVENT_MARGIN < 0 or (
     LISTENER_EVENT_MARGIN > 0 and LISTENER_EVENT_MARGIN + LISTENER_CLOCK_SKEW > LISTENER_RECONCILE_DELAY
@@ -442,136 +522,195 @@ if LISTENER_EVENT_MARGIN < 0 or (
         f"must not exceed LISTENER_RECONCILE_DELAY ({LISTENER_RECONCILE_DELAY}): the reconcile an event "
         "queues waits that delay (set LISTENER_EVENT_MARGIN=0 to turn the margin off)"
     )
+#: Event records kept per Kyma.
 LISTENER_EVENTS_KEPT: int = env.int("LISTENER_EVENTS_KEPT", default=100)
-# Seconds a 503 (queue or database away) asks the runtime watcher to wait before it retries.
+#: Seconds a 503 (queue or database unavailable) asks the runtime watcher to wait, in `Retry-After`; our
+#: watcher retries then instead of backing off up to `BACKOFF_MAX`.
 LISTENER_RETRY_AFTER: int = env.int("LISTENER_RETRY_AFTER", default=2)
 if LISTENER_RETRY_AFTER < 0:
     raise ImproperlyConfigured("LISTENER_RETRY_AFTER must be 0 or more seconds")
+#: How long a listener process caches Kyma and Watcher lookups.
 LISTENER_CACHE_SECONDS: float = env.float("LISTENER_CACHE_SECONDS", default=2.0)
+#: Seconds between checks for a new listener certificate or CA bundle.
 LISTENER_TLS_REFRESH: float = env.float("LISTENER_TLS_REFRESH", default=30.0)
+#: Where events of other components go (`serviceInfo` fields).
 LISTENER_FORWARD_URL: str = env.str(
     "LISTENER_FORWARD_URL", default="http://{name}.{namespace}.svc.cluster.local:{port}"
 )
+#: Seconds per forwarding attempt.
 LISTENER_FORWARD_TIMEOUT: float = env.float("LISTENER_FORWARD_TIMEOUT", default=5.0)
-# The listener's Service inside the control-plane cluster (the Istio VirtualServices route to it).
+#: The listener's Service, where the rendered Istio VirtualServices route.
 LISTENER_SERVICE_NAME: str = env.str("LISTENER_SERVICE_NAME", default="controlplane-listener")
+#: Namespace of the listener's Service (see `LISTENER_SERVICE_NAME`).
 LISTENER_SERVICE_NAMESPACE: str = env.str("LISTENER_SERVICE_NAMESPACE", default="kcp-system")
 
 if ROLE == "listener":
     # A health-check query before every request would double the listener's database round trips;
     # a broken connection instead fails one request with 503 (the watcher retries) and is replaced.
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = False
+#: Reconcile records kept per Kyma.
 RECONCILE_RECORDS_KEPT: int = env.int("RECONCILE_RECORDS_KEPT", default=50)
-# Where "a reconcile is queued" marks live: Redis (cheap for every WatchEvent) when the broker is
-# Redis, else the database. Set a redis:// URL to use another Redis, or "database".
+#: Where "a reconcile is queued" marks live: `auto` (Redis when the broker is Redis, else the database),
+#: `database`, or a `redis://` URL.
 _flags_url = env.str("RECONCILE_FLAGS_URL", default="auto")
 RECONCILE_FLAGS_URL: str = (
     (CELERY_BROKER_URL if CELERY_BROKER_URL.startswith(("redis://", "rediss://")) else "")
     if _flags_url == "auto"
     else ("" if _flags_url == "database" else _flags_url)
 )
+#: Prefix of those Redis keys.
 RECONCILE_FLAGS_PREFIX: str = env.str("RECONCILE_FLAGS_PREFIX", default="controlplane")
 
 # --- Runtime watcher (what the control plane deploys into each runtime) ----------------------------
 
+#: Image of the runtime watcher Deployment rendered into every runtime.
 WATCHER_IMAGE: str = env.str("WATCHER_IMAGE", default="ghcr.io/kyma-fleet/runtime-watcher:0.1.0")
-# The listener address as runtimes reach it (host:port); its host must be in LISTENER_HOSTNAMES.
+#: The listener as runtimes reach it (`host:port`; the host must be in `LISTENER_HOSTNAMES`).
+#: Default: `localhost:<LISTENER_BIND port>`
 WATCHER_KCP_ADDR: str = env.str("WATCHER_KCP_ADDR", default=f"localhost:{LISTENER_BIND.rpartition(':')[2]}")
+#: Seconds between the runtime watchers' heartbeats.
 WATCHER_HEARTBEAT_INTERVAL: int = env.int("WATCHER_HEARTBEAT_INTERVAL", default=30)
+#: CPU limit of the runtime watcher container.
 WATCHER_CPU_LIMIT: str = env.str("WATCHER_CPU_LIMIT", default="100m")
+#: Memory limit of the runtime watcher container.
 WATCHER_MEMORY_LIMIT: str = env.str("WATCHER_MEMORY_LIMIT", default="128Mi")
-# A docker config JSON (.dockerconfigjson) for a private registry: becomes the watcher's image pull
-# Secret in every runtime. Read again at every render, so a rotated file needs no restart.
+#: A docker config JSON (`.dockerconfigjson`) for a private registry: rendered into every runtime as the
+#: Secret `skr-webhook-pull-secret` the watcher Deployment pulls `WATCHER_IMAGE` with; read at every render (a
+#: rotated file needs no restart), checked at start (unreadable or not JSON with `auths`:
+#: `ImproperlyConfigured`); its content is never shown.
 WATCHER_IMAGE_PULL_SECRET_FILE: str = env.str("WATCHER_IMAGE_PULL_SECRET_FILE", default="")
 if WATCHER_IMAGE_PULL_SECRET_FILE:
     try:
         read_docker_config(WATCHER_IMAGE_PULL_SECRET_FILE)
     except DockerConfigError as _exc:
         raise ImproperlyConfigured(f"WATCHER_IMAGE_PULL_SECRET_FILE: {_exc}") from None
-# A runtime watcher without a heartbeat for this long is "silent" (0 turns the detection off).
+#: A watcher without a heartbeat this long is silent (`0` turns the detection off, and every reconcile then
+#: reads the runtime's Kyma and module CRs).
 WATCHER_SILENT_AFTER: int = env.int("WATCHER_SILENT_AFTER", default=120)
 # How often beat looks for Ready Kymas whose watcher fell silent (they are reconciled at once).
+#: Seconds between beat's checks for silent watchers.
 WATCHER_SILENT_CHECK_INTERVAL: float = env.float("WATCHER_SILENT_CHECK_INTERVAL", default=30)
 if WATCHER_SILENT_AFTER < 0:
     raise ImproperlyConfigured("WATCHER_SILENT_AFTER must be 0 (off) or a number of seconds")
 
 # --- Maintenance windows and rollouts ------------------------------------------------------------
 
-# Upstream's maintenance-window policy as a JSON file (used while the admin has saved none).
+#: Upstream's maintenance-window policy as a JSON file, used while the admin holds none; read again when it
+#: changes, checked at start (`ImproperlyConfigured` naming the field).
 MAINTENANCE_POLICY_FILE: str = env.str("MAINTENANCE_POLICY_FILE", default="")
 if MAINTENANCE_POLICY_FILE:
     try:
         read_policy_file(MAINTENANCE_POLICY_FILE)
     except PolicyError as _exc:
         raise ImproperlyConfigured(f"MAINTENANCE_POLICY_FILE: {_exc}") from None
-# A window counts as open only while at least this much of it is left (upstream: 20 minutes).
+#: Seconds of a maintenance window that must be left for it to count as open (upstream's
+#: `--min-maintenance-window-size`).
 MAINTENANCE_WINDOW_MIN_SIZE: float = env.float("MAINTENANCE_WINDOW_MIN_SIZE", default=1200)
 if MAINTENANCE_WINDOW_MIN_SIZE < 0:
     raise ImproperlyConfigured("MAINTENANCE_WINDOW_MIN_SIZE must be a number of seconds (0 or more)")
 # Waves and gates per kind of change ({"ModuleVersion": {"waves": [...], "gate": {...}}, ...}), over
 # the defaults (1 canary, 5 %, 25 %, 100 %; checked by the fleet app when it starts).
 try:
+    #: JSON: waves and gate per kind of change (`ModuleVersion`, `Watcher`, `RuntimeWatcher`, `KymaSpec`),
+    #: over the defaults (a canary, 5 %, 25 %, 100 %; Ready within 900 s, at most 2 % failing, no bake);
+    #: checked at start (see the operators' page on rollouts).
+    #: Default: `{}` (the defaults)
     ROLLOUT_POLICY: dict = json.loads(env.str("ROLLOUT_POLICY", default="") or "{}")
 except ValueError as _exc:
     raise ImproperlyConfigured(f"ROLLOUT_POLICY is not JSON: {_exc}") from None
 if not isinstance(ROLLOUT_POLICY, dict):
     raise ImproperlyConfigured("ROLLOUT_POLICY must be a JSON object of policies by kind of change")
-# How often beat moves rollouts on (judges the current wave, starts the next).
+#: Seconds between beat's runs of `controlplane.rollouts_advance` (judge the current waves, start the next).
 ROLLOUT_ADVANCE_INTERVAL: float = env.float("ROLLOUT_ADVANCE_INTERVAL", default=2.0)
 
 # --- Reconciles of runtimes ----------------------------------------------------------------------
 
+#: Seconds for runtime API server connections.
 RUNTIME_CONNECT_TIMEOUT: float = env.float("RUNTIME_CONNECT_TIMEOUT", default=3.0)
+#: Seconds for runtime API server answers.
 RUNTIME_READ_TIMEOUT: float = env.float("RUNTIME_READ_TIMEOUT", default=15.0)
+#: Server-side apply field manager in the runtimes.
 RUNTIME_FIELD_MANAGER: str = env.str("RUNTIME_FIELD_MANAGER", default="kyma-control-plane")
+#: Runtime clients (each with its kept-alive connection) cached per worker process, least recently used
+#: dropped: about 20 KiB each, so 10,000 cost ~200 MiB per process.
 RUNTIME_CLIENT_CACHE: int = env.int("RUNTIME_CLIENT_CACHE", default=1000)
-# Objects whose drift breaks little at once (CRDs, PriorityClass, NetworkPolicies, Services) are
-# re-read this often; the watcher's Secret, Deployment and webhooks, and synced manifests, every time.
+#: Seconds between checks of the runtime objects whose drift can wait (CRD, PriorityClass, NetworkPolicies,
+#: Services), and longest a periodic or targeted reconcile with a live runtime watcher trusts its events
+#: instead of reading the runtime's Kyma and module CRs; the watcher's Secret, Deployment and webhooks and
+#: synced manifests are checked by every periodic and full reconcile (see the contributors' page on
+#: reconciles).
 RUNTIME_RECHECK_INTERVAL: float = env.float("RUNTIME_RECHECK_INTERVAL", default=1800)
-# Requeue intervals by state (seconds); Error backs off from the first to the second value.
+#: Seconds between periodic reconciles of a Ready Kyma.
 RECONCILE_READY_INTERVAL: float = env.float("RECONCILE_READY_INTERVAL", default=300)
+#: The same for Processing and Deleting.
 RECONCILE_PROCESSING_INTERVAL: float = env.float("RECONCILE_PROCESSING_INTERVAL", default=5)
+#: The same for Warning (also a Kyma whose watcher is silent).
 RECONCILE_WARNING_INTERVAL: float = env.float("RECONCILE_WARNING_INTERVAL", default=30)
+#: Error: first and longest retry interval (doubling in between).
 RECONCILE_ERROR_BACKOFF: list[float] = [
     float(v) for v in env.list("RECONCILE_ERROR_BACKOFF", default=["5", "30"])
 ]
 # A Kyma is reconciled at most once per this many seconds: a runtime that keeps changing cannot
 # crowd the rest of the fleet out of the workers (its events coalesce into the deferred reconcile).
+#: For runtime events (and the periodic sweeps), a Kyma is reconciled at most once per this many seconds
+#: (events meanwhile coalesce into the next one, published due when the spacing ends); a budget, not a delay:
+#: a reconcile after a quiet period (none in the two spacings before the last one) runs at once. Changes made
+#: in the control plane (Kyma, Module, SyncResource, ModuleConfig status writes) may be the second reconcile
+#: within a spacing, not the third.
 RECONCILE_MIN_SPACING: float = env.float("RECONCILE_MIN_SPACING", default=1.0)
 # Of each worker process's slots, how many reconciles of runtimes that keep changing (their events
 # came while the spacing held them back) may hold at once; the rest stay for the other runtimes.
 # bench/module_chain.py (b), quiet runtimes' edits under 100 edits/s on 50 busy ones, with targeted
 # reconciles: with 2 of 16 slots p99 0.9-1.6 s in four runs (p50 0.37-0.58 s), with 4 p99 1.96 and
-# 1.98 s (p50 0.80-0.86 s), at about the same reconciles/s (see the README's benchmark table).
+# 1.98 s (p50 0.80-0.86 s), at about the same reconciles/s (see the benchmarks page of the docs).
+#: Of each worker process's slots, how many reconciles of *busy* runtimes may hold at once: runtimes whose
+#: events keep arriving while the spacing holds them back (for 5 s after the last event that found one of its
+#: tasks spaced or queued already), and the control plane's changes for them (a module manager's answers). The
+#: other slots stay free for the rest of the fleet; a busy runtime's task that finds none free retries after
+#: its spacing (at least 0.5 s; doubled on each such try, up to 4 s), holding its queue mark, so its events
+#: coalesce meanwhile.
+#: Default: `WORKER_CONCURRENCY / 8` (at least 1)
 RECONCILE_BUSY_SLOTS: int = env.int("RECONCILE_BUSY_SLOTS", default=max(1, CELERY_WORKER_CONCURRENCY // 8))
 if RECONCILE_BUSY_SLOTS < 1:
     raise ImproperlyConfigured("RECONCILE_BUSY_SLOTS must be at least 1")
 # Longest a reconcile waits for the runtime to store the changes its events reported (our watcher
 # says which change it saw): a change another webhook rejected is never stored and ends the wait
 # here. Checked with reads every few milliseconds, so a stored change costs no fixed delay.
+#: Longest a reconcile reads the runtime waiting for the changes its events named to be stored (a change
+#: another webhook rejected ends the wait here).
 RECONCILE_STORED_WAIT: float = env.float("RECONCILE_STORED_WAIT", default=1.0)
+#: Seconds between beat's scans for Kymas that are due.
 RECONCILE_SWEEP_INTERVAL: float = env.float("RECONCILE_SWEEP_INTERVAL", default=2)
+#: Kymas queued per scan at most.
 RECONCILE_SWEEP_LIMIT: int = env.int("RECONCILE_SWEEP_LIMIT", default=5000)
+#: Seconds per notification POST to a module manager.
 MODULE_NOTIFY_TIMEOUT: float = env.float("MODULE_NOTIFY_TIMEOUT", default=5)
 
 # --- Watches of ModuleConfigs (GET /api/v1/moduleconfigs/?watch=true) -------------------------------
 
-# Threads each web process keeps for watches, on top of WEB_THREADS for every other request: a
-# watch holds its thread while it streams, so watches can never take the admin's or API's threads.
+#: Threads per web process for ModuleConfig watches, on top of `WEB_THREADS`; also the most watches one
+#: process serves (then 503).
 WEB_WATCH_THREADS: int = env.int("WEB_WATCH_THREADS", default=32)
+#: Open watches per API token (or session user); more answer 429.
 MODULECONFIG_WATCH_PER_CREDENTIAL: int = env.int("MODULECONFIG_WATCH_PER_CREDENTIAL", default=10)
+#: Seconds between a watch's bookmarks (also how soon a vanished client's slot is noticed).
 MODULECONFIG_WATCH_BOOKMARK_INTERVAL: float = env.float("MODULECONFIG_WATCH_BOOKMARK_INTERVAL", default=10)
+#: Longest watch in seconds (`timeoutSeconds` may ask for less); the client resumes.
 MODULECONFIG_WATCH_TIMEOUT: float = env.float("MODULECONFIG_WATCH_TIMEOUT", default=1800)
-# How often a web process looks for new revisions without being told (SQLite has no notifications;
-# with PostgreSQL LISTEN or Redis pub/sub this only covers a lost announcement).
+#: Seconds between a web process's reads of new revisions when nothing announced one (SQLite has no
+#: notifications; with PostgreSQL `LISTEN` or Redis pub/sub this only covers a lost announcement).
+#: Default: `0.1` on SQLite, else `5`
 MODULECONFIG_WATCH_POLL_INTERVAL: float = env.float(
     "MODULECONFIG_WATCH_POLL_INTERVAL",
     default=0.1 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3" else 5,
 )
+#: Seconds after which the watch slot of a dead process is free again (at least twice the bookmark interval).
 MODULECONFIG_WATCH_SLOT_TTL: float = env.float("MODULECONFIG_WATCH_SLOT_TTL", default=60)
-# Deleted ModuleConfigs are remembered this long for resumed watches (older: 410, start over).
+#: Days a deleted ModuleConfig is remembered for resumed watches (a watch from before that answers 410: start
+#: again from 0).
 MODULECONFIG_DELETIONS_KEPT_DAYS: int = env.int("MODULECONFIG_DELETIONS_KEPT_DAYS", default=7)
-# Redis for revision announcements when the database is not PostgreSQL (auto: the flags' Redis).
+#: Redis for revision announcements when the database is not PostgreSQL (`auto`: the reconcile flags' Redis;
+#: empty: poll).
 _watch_redis = env.str("MODULECONFIG_WATCH_REDIS_URL", default="auto")
 MODULECONFIG_WATCH_REDIS_URL: str = RECONCILE_FLAGS_URL if _watch_redis == "auto" else _watch_redis
 if WEB_WATCH_THREADS < 1 or MODULECONFIG_WATCH_PER_CREDENTIAL < 1:

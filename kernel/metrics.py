@@ -44,6 +44,8 @@ def scrape_registry(*, fleet: bool = True) -> CollectorRegistry:
     """What a scrape of this process shows: every worker's values (summed) when
     ``PROMETHEUS_MULTIPROC_DIR`` is set, else this process's; with ``fleet``, the fleet gauges."""
     registry = CollectorRegistry(auto_describe=False)
+    #: Where gunicorn workers share metrics.
+    #: Default: set by `serve`
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         multiprocess.MultiProcessCollector(registry)
     else:

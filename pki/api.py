@@ -82,6 +82,8 @@ class CertificateFilterSet(django_filters.FilterSet):
 
 
 class CertificateViewSet(viewsets.ReadOnlyModelViewSet):
+    """Issued certificates, read only: each runtime watcher's and the listener's (never their keys)."""
+
     serializer_class = CertificateSerializer
     filterset_class = CertificateFilterSet
     lookup_field = "uid"
@@ -93,6 +95,8 @@ class CertificateViewSet(viewsets.ReadOnlyModelViewSet):
 
 
 class CertificateAuthorityViewSet(viewsets.ReadOnlyModelViewSet):
+    """The certificate authorities, read only, and what each does now (never their keys)."""
+
     serializer_class = CertificateAuthoritySerializer
     lookup_field = "uid"
     lookup_url_kwarg = "id"

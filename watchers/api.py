@@ -15,6 +15,9 @@ _WATCHER = registry.for_document({"apiVersion": WatcherKind.api_version, "kind":
 
 @extend_schema_view(**document_schema(_WATCHER, tags=["watchers"]))
 class WatcherViewSet(ResourceViewSet):
+    """Watchers: what the runtime watcher in every runtime watches and which component it tells, in
+    upstream's shape (``RuntimeWatcher`` is an alias)."""
+
     kind = _WATCHER
     queryset = Watcher.objects.all()
     filterset_class = WatcherFilterSet

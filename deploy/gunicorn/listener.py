@@ -21,6 +21,7 @@ backlog = 4096
 # X-Forwarded-Client-Cert carries a URL-encoded certificate (chain): allow up to 40 KiB so the
 # listener itself can refuse anything over 32 KiB with a clear answer.
 limit_request_field_size = 40960
+#: `1` logs every request of the listener.
 accesslog = "-" if os.environ.get("LISTENER_ACCESS_LOG", "0") == "1" else None
 proc_name = "controlplane-listener"
 control_socket_disable = True
@@ -29,8 +30,14 @@ forwarded_allow_ips = (
 )
 
 if os.environ.get("LISTENER_MODE", "direct") == "direct":
+    #: Direct mode: the listener's server certificate file gunicorn serves (and `/readyz` checks).
+    #: Default: set by `serve listener` from the PKI
     certfile = os.environ["LISTENER_CERTFILE"]
+    #: Direct mode: its private key file.
+    #: Default: set by `serve listener` from the PKI
     keyfile = os.environ["LISTENER_KEYFILE"]
+    #: Direct mode: the CA bundle client certificates must chain to.
+    #: Default: set by `serve listener` from the PKI
     ca_certs = os.environ["LISTENER_CA_BUNDLE"]
     cert_reqs = ssl.CERT_REQUIRED
 

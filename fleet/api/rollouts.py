@@ -48,6 +48,9 @@ def _documented(name: str) -> Callable:
 
 @extend_schema_view(**document_schema(KIND, tags=["rollouts"]))
 class RolloutViewSet(ResourceViewSet):
+    """Rollouts: a change that reaches many runtimes, in waves with a gate between them. POST applies
+    one by hand; PUT may only flip ``spec.paused``; DELETE only a completed or superseded one."""
+
     kind = KIND
     queryset = Rollout.objects.all()
     filterset_class = RolloutFilterSet

@@ -66,6 +66,9 @@ def _kind(cls: type) -> Any:
 
 @extend_schema_view(**document_schema(_kind(KymaKind), tags=["kymas"]))
 class KymaViewSet(ResourceViewSet):
+    """Kymas, one per runtime, in upstream's ``operator.kyma-project.io/v1beta2`` shape: addressed by
+    ``metadata.uid`` or ``NAMESPACE/NAME``; a write naming a stale ``metadata.resourceVersion`` is a 409."""
+
     kind = _kind(KymaKind)
     queryset = Kyma.objects.all()
     filterset_class = KymaFilterSet
@@ -153,6 +156,9 @@ def _kubeconfig_text(request: Request) -> str:
 
 @extend_schema_view(**document_schema(_kind(ModuleKind), tags=["modules"]))
 class ModuleViewSet(ResourceViewSet):
+    """The module catalog: each Module's channels, its CR in the runtimes, its manager, manifest policy,
+    versions and rollout policy; addressed by ``metadata.uid`` or ``NAME``."""
+
     kind = _kind(ModuleKind)
     queryset = Module.objects.all()
     filterset_class = ModuleFilterSet
@@ -368,6 +374,9 @@ def _credential(request: Request) -> str:
 
 @extend_schema_view(**document_schema(_kind(SyncResourceKind), tags=["syncresources"]))
 class SyncResourceViewSet(ModuleScopedViewSet, ResourceViewSet):
+    """Manifests a module's manager wants in one runtime, applied there by its reconcile; a module
+    credential writes only its module's, and each manifest must pass the module's manifest policy."""
+
     kind = _kind(SyncResourceKind)
     queryset = SyncResource.objects.all()
     filterset_class = SyncResourceFilterSet

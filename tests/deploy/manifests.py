@@ -16,6 +16,8 @@ from typing import Any
 
 import yaml
 
+from tools.docs import environment
+
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 KUBERNETES = DEPLOY / "kubernetes"
@@ -23,7 +25,6 @@ BASE = KUBERNETES / "base"
 OVERLAY = KUBERNETES / "overlays" / "example"
 ISTIO = DEPLOY / "istio"
 DOCKERFILE = DEPLOY / "controlplane" / "Dockerfile"
-README = ROOT / "README.md"
 
 # The newest Kubernetes whose schemas the pinned kubernetes-validate ships.
 KUBERNETES_VERSION = "1.37.0"
@@ -115,16 +116,9 @@ def main_container(objects: dict[tuple[str, str], dict[str, Any]], deployment: s
     return pod_spec(objects[("Deployment", deployment)])["containers"][0]
 
 
-def readme_variables() -> set[str]:
-    """The variables of README.md's configuration table (first column, in backticks)."""
-    text = README.read_text()
-    section = text.split("## Configuration", 1)[1].split("\n## ", 1)[0]
-    names: set[str] = set()
-    for line in section.splitlines():
-        if line.startswith("| `"):
-            first_cell = line.split("|")[1]
-            names.update(re.findall(r"`([A-Z][A-Z0-9_]*)`", first_cell))
-    return names
+def documented_variables() -> set[str]:
+    """The variables the settings reference describes (generated from the code: tools/docs)."""
+    return environment.documented_names(ROOT)
 
 
 def references(value: str) -> list[str]:

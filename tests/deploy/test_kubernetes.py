@@ -8,7 +8,6 @@ variables, a role without a disruption budget, probes or spread, mismatched imag
 from __future__ import annotations
 
 import ipaddress
-import re
 from pathlib import Path
 
 import kubernetes_validate
@@ -24,19 +23,17 @@ from tests.deploy.manifests import (
     SECRET_NAME,
     config_data,
     containers,
+    documented_variables,
     is_kustomization,
     load,
     main_container,
     pod_spec,
-    readme_variables,
     references,
     yaml_files,
 )
 from watchers import gateway as routing
 
 IMAGE_REPOSITORY = "ghcr.io/kyma-fleet/controlplane"
-# Read by controlplane/settings.py and needed in production, but not (yet) in README's table.
-NOT_YET_IN_README = {"WATCHER_IMAGE", "WATCHER_KCP_ADDR"}
 # Kubernetes-side helpers: only used inside $(...) expansions, never read by the application.
 KUBERNETES_HELPERS = {"POD_IP"}
 ROLE_COMMANDS = {
@@ -104,15 +101,12 @@ def _variables(objects: dict[tuple[str, str], dict]) -> set[str]:
     return names
 
 
-def test_every_variable_is_in_the_readme_configuration_table(built):
-    undocumented = _variables(built) - readme_variables() - NOT_YET_IN_README - KUBERNETES_HELPERS
+def test_every_variable_is_in_the_settings_reference(built):
+    undocumented = _variables(built) - documented_variables() - KUBERNETES_HELPERS
     assert undocumented == set()
 
 
-def test_variables_missing_from_the_readme_are_real_settings_and_helpers_are_never_read():
-    settings_source = (ROOT / "controlplane" / "settings.py").read_text()
-    for name in NOT_YET_IN_README:
-        assert re.search(rf'env\.\w+\(\s*"{name}"', settings_source), f"{name} is not read by settings.py"
+def test_kubernetes_only_helpers_are_never_read():
     sources = [p for d in ("controlplane", "watchers", "pki", "listener") for p in (ROOT / d).rglob("*.py")]
     sources += list((ROOT / "deploy" / "gunicorn").glob("*.py"))
     for name in KUBERNETES_HELPERS:

@@ -43,7 +43,7 @@ class Command(BaseCommand):
     help = "Serve the web role (admin, API) or the listener role (WatchEvents over mTLS) with gunicorn."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("role", choices=sorted(CONFIGS))
+        parser.add_argument("role", choices=sorted(CONFIGS), help="which HTTP role this process serves")
         parser.add_argument("--bind", help="HOST:PORT (default: WEB_BIND or LISTENER_BIND)")
 
     def handle(self, *args: Any, **options: Any) -> None:

@@ -4,7 +4,7 @@ Each role runs as its own process with its output prefixed by its name, all in o
 that ``up`` owns: Ctrl-C, SIGTERM or SIGHUP (or any role exiting) stops them all, and they die with
 ``up`` even if it is killed. One ``up`` per state directory, and busy ports are named before
 anything starts (``controlplane.ownership``). This is for one machine; production runs each role on
-its own (README).
+its own (docs/operators/index.md).
 
 Any role may run more than once (``--replicas N`` for all four, ``--scale ROLE=N`` for one), as in
 production: the n-th web and listener replica listen on the configured port plus n - 1 (the

@@ -32,11 +32,15 @@ class Command(BaseCommand):
         create.add_argument("module", help="the module the credential acts for (e.g. keda)")
         create.add_argument("name", help="what it is for, unique per module (e.g. keda-manager)")
         create.add_argument(
-            "--expires-in-days", type=positive_days, default=None, metavar="N", help="default: never"
+            "--expires-in-days",
+            type=positive_days,
+            default=None,
+            metavar="N",
+            help="the credential stops working after N days (default: never)",
         )
         revoke = actions.add_parser("revoke", help="revoke a credential for good")
-        revoke.add_argument("module")
-        revoke.add_argument("name")
+        revoke.add_argument("module", help="the module whose credential it is (e.g. keda)")
+        revoke.add_argument("name", help="the credential's name (manage.py credential list shows them)")
         listing = actions.add_parser("list", help="list credentials (never their keys)")
         listing.add_argument("module", nargs="?", help="only this module's")
 

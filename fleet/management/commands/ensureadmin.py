@@ -26,8 +26,13 @@ class Command(BaseCommand):
                 "An administrator exists (reset a password with: python manage.py changepassword NAME)."
             )
             return
+        #: Administrator created by `make run` (`manage.py ensureadmin`).
         username = os.environ.get("DJANGO_SUPERUSER_USERNAME", "admin")
+        #: Password of that administrator; a generated one is printed in a box and kept in
+        #: `$CONTROLPLANE_STATE_DIR/admin-password`, mode 0600.
+        #: Default: random (printed in a box)
         password = os.environ.get("DJANGO_SUPERUSER_PASSWORD") or secrets.token_urlsafe(12)
+        #: E-mail address of that administrator.
         users.objects.create_superuser(
             username=username, email=os.environ.get("DJANGO_SUPERUSER_EMAIL", ""), password=password
         )

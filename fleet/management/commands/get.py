@@ -43,7 +43,9 @@ class Command(BaseCommand):
         parser.add_argument("kind", help="kymas, watchers, modules, moduleconfigs or syncresources")
         parser.add_argument("target", nargs="?", help="NAMESPACE/NAME or NAME")
         parser.add_argument("-n", "--namespace", help="only this namespace")
-        parser.add_argument("-o", "--output", choices=["table", "yaml", "json"], default="table")
+        parser.add_argument(
+            "-o", "--output", choices=["table", "yaml", "json"], default="table", help="output format"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:

@@ -94,7 +94,11 @@ class Command(BaseCommand):
     help = "Follow and steer rollouts: status [NAME], pause|resume|abort|rollback NAME."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("action", choices=["status", *ACTIONS])
+        parser.add_argument(
+            "action",
+            choices=["status", *ACTIONS],
+            help="status shows where rollouts stand; the others are the operator's actions on one",
+        )
         parser.add_argument("name", nargs="?", help="the rollout (manage.py rollout status lists them)")
 
     def handle(self, *args: Any, **options: Any) -> None:

@@ -45,7 +45,9 @@ class Command(BaseCommand):
         export = sub.add_parser("export-bundle", help="print (or write) the trusted CA bundle")
         export.add_argument("--out", type=Path, help="file to write instead of standard output")
         issue = sub.add_parser("issue", help="write ca.crt, tls.crt, tls.key of a Kyma's watcher certificate")
-        issue.add_argument("kyma", metavar="NAMESPACE/NAME")
+        issue.add_argument(
+            "kyma", metavar="NAMESPACE/NAME", help="the Kyma whose runtime gets the certificate"
+        )
         issue.add_argument("--out", type=Path, required=True, help="directory for the three files")
         issue.add_argument(
             "--renew", action="store_true", help="issue a new certificate even if the current is fine"

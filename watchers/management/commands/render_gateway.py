@@ -60,7 +60,7 @@ class Command(BaseCommand):
     help = "Print the Istio Gateway and one VirtualService per Watcher (for `kubectl apply -f -`)."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("-o", "--output", choices=["yaml", "json"], default="yaml")
+        parser.add_argument("-o", "--output", choices=["yaml", "json"], default="yaml", help="output format")
         parser.add_argument(
             "--gateway",
             default=f"{routing.GATEWAY_NAMESPACE}/{routing.GATEWAY_NAME}",

@@ -1,0 +1,150 @@
+"""The handbook's generated references say something about everything they list.
+
+The settings, command and metrics references are generated from the code at each documentation
+build (``tools/docs/``); these tests fail when a setting, command (or one of its arguments) or
+metric has no description, so ``make test`` catches it without building the site. They also hold
+the generated lists to what the processes really read and expose, and the pages that explain a
+closed set (the reasons a Kyma shows, the README's links) to that set.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+from prometheus_client import REGISTRY, CollectorRegistry
+
+from kernel.metrics import ScrapeTimeCollector
+from tools.docs import commands, environment, layers, metrics
+from watchers.runtime.metrics import WatcherMetrics
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+# --- settings ------------------------------------------------------------------------------------
+
+
+def test_every_environment_variable_the_code_reads_has_a_meaning_and_one_default():
+    found, problems = environment.variables()
+    assert problems == []
+    assert {"DJANGO_DEBUG", "DATABASE_URL", "LISTENER_MODE", "WEB_THREADS"} <= {v.name for v in found}
+
+
+def test_given_a_read_without_a_doc_comment_when_the_reference_is_built_then_it_is_named(tmp_path):
+    settings = tmp_path / "controlplane" / "settings.py"
+    settings.parent.mkdir()
+    settings.write_text(
+        'import environ\nenv = environ.Env()\n\n#: Described.\nA = env.int("A_SETTING", default=1)\n'
+        'B = env.str("B_SETTING", default="x")\n'
+    )
+    (tmp_path / "deploy" / "gunicorn").mkdir(parents=True)
+    found, problems = environment.variables(tmp_path)
+    assert [v.name for v in found] == ["A_SETTING"]
+    assert problems == [
+        "B_SETTING has no meaning: add a '#:' comment above its read (controlplane/settings.py:6)"
+    ]
+
+
+def test_every_setting_of_the_runtime_watcher_is_in_its_table():
+    assert environment.runtime_watcher_problems() == []
+
+
+# --- commands ------------------------------------------------------------------------------------
+
+
+def test_every_manage_py_command_its_subcommands_and_arguments_have_a_help_text():
+    found = {command.name for command in commands.commands()}
+    assert {"apply", "get", "pki", "serve", "up", "rollout", "credential", "token"} <= found
+    assert commands.problems() == []
+
+
+# --- metrics -------------------------------------------------------------------------------------
+
+
+def test_every_metric_has_documentation_and_a_known_place():
+    found, problems = metrics.scan()
+    assert problems == []
+    assert len({m.exposed for m in found}) == len(found), "two metrics share a name"
+
+
+def _families(collected) -> dict[str, str]:
+    return {family.name: family.documentation for family in collected}
+
+
+@pytest.mark.django_db
+def test_the_metrics_reference_is_what_the_registries_expose():
+    """Static reading finds what a collector yields only with a database or a running beat; the
+    registries that can run here must expose exactly the metrics read from their modules."""
+    import listener.metrics
+
+    scanned, _ = metrics.scan()
+    by_path: dict[str, dict[str, str]] = {}
+    for metric in scanned:
+        by_path.setdefault(metric.path, {})[metric.family] = metric.documentation
+    listener = {
+        name: doc
+        for name, doc in _families(REGISTRY.collect()).items()
+        if name.startswith("watcher_listener_")
+    }
+    assert listener == by_path["listener/metrics.py"]
+    watcher = _families(WatcherMetrics(CollectorRegistry()).registry.collect())
+    assert watcher == by_path["watchers/runtime/metrics.py"]
+    scrape_time = _families(ScrapeTimeCollector().collect())
+    expected = {
+        **by_path["fleet/metrics.py"],
+        **by_path["pki/metrics.py"],
+        **by_path["controlplane/metrics.py"],
+    }
+    assert scrape_time == expected
+
+
+# --- pages that explain a closed set --------------------------------------------------------------
+
+
+def _reasons_a_kyma_can_show() -> set[str]:
+    """Reasons of conditions the reconciler sets to False (``ctx.condition(TYPE, FALSE, "Reason", ...)``)."""
+    reasons: set[str] = set()
+    for path in (ROOT / "fleet" / "reconciler").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "condition"
+                and len(node.args) >= 3
+                and isinstance(node.args[2], ast.Constant)
+            ):
+                status = node.args[1]
+                false = (isinstance(status, ast.Name) and status.id == "FALSE") or (
+                    isinstance(status, ast.Constant) and status.value == "False"
+                )
+                if false:
+                    reasons.add(node.args[2].value)
+    return reasons
+
+
+def test_every_reason_a_kyma_can_show_is_explained_on_the_troubleshooting_page():
+    reasons = _reasons_a_kyma_can_show()
+    assert {"Unreachable", "WatcherSilent", "ApplyFailed"} <= reasons
+    page = (ROOT / "docs" / "operators" / "troubleshooting.md").read_text()
+    missing = sorted(reason for reason in reasons if f"`{reason}`" not in page)
+    assert missing == []
+
+
+def test_the_layers_picture_names_every_layer_of_the_enforced_contract_in_order():
+    picture = layers.layers_mermaid()
+    modules = [m.strip() for layer in layers.layers_contract()["layers"] for m in layer.split(":")]
+    positions = [
+        picture.index(f'"{m}') if f'"{m}' in picture else picture.index(f"<br/>{m}") for m in modules
+    ]
+    assert positions == sorted(positions)
+
+
+def test_the_readme_is_a_front_door_whose_links_lead_somewhere():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 150
+    targets = [t.split("#", 1)[0] for t in re.findall(r"\]\(([^)\s]+)\)", readme)]
+    local = [t for t in targets if t and "://" not in t]
+    assert local, "the README links into the docs"
+    assert [t for t in local if not (ROOT / t).exists()] == []
