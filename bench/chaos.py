@@ -14,9 +14,12 @@ listener's connections go to the other). Then, for ``--duration`` seconds:
   then waits for a restart, on this machine up to a minute);
 - ``--outages`` times (evenly spread) Redis is stopped for a random 10-30 s (``--outage``) and
   started again (``--broker rabbitmq``: a RabbitMQ node of its own instead). No process is
-  killed from an outage's start until 20 s after the broker is back (the reconciles of the edits
-  up to 10 s after it, which it measures, are done by then), so that the outage is measured on
-  its own.
+  killed from shortly before an outage until 20 s after the broker is back (the reconciles of the
+  edits up to 10 s after it, which it measures, are done by then), so that the outage is measured
+  on its own: before the broker stops, the kills pause until every process killed earlier serves
+  again (on a loaded 2-core machine a listener takes 30-45 s from its start to its first
+  answer) and every runtime watcher has emptied its queue once (a watcher still backing off from
+  listeners killed earlier would otherwise wait up to its 30 s cap whatever the outage does).
 
 Then the edits stop and the fleet settles (at most ``--settle`` seconds), and it checks:
 
@@ -50,12 +53,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import functools
 import itertools
 import os
 import random
 import shutil
 import signal
 import socket
+import ssl
 import statistics
 import subprocess
 import sys
@@ -313,10 +318,44 @@ class Fleet:
 
     def standing_by(self, name: str) -> bool:
         """Whether this beat, since its last start, stood by or led (it watches the lease)."""
+        since = self._log_since_start(name)
+        return "standing by; beat" in since or "leading since" in since
+
+    def _log_since_start(self, name: str) -> str:
         with open(state_dir() / f"{name}.log", errors="replace") as log:
             log.seek(self.log_start.get(name, 0))
-            since = log.read()
-        return "standing by; beat" in since or "leading since" in since
+            return log.read()
+
+    def serves(self, name: str) -> bool:
+        """Whether this process, since its last start, does its work: a web worker answers
+        /healthz, a listener's worker takes a TLS handshake (the gunicorn master listens long
+        before its worker has loaded the app), a Celery worker said it is ready, a beat watches
+        the lease."""
+        role = name.rsplit("-", 1)[0]
+        if self.procs[name].poll() is not None:
+            return False
+        if role == "web":
+            url = f"http://127.0.0.1:{self.ports[name]}/healthz"
+            try:
+                return urllib.request.urlopen(url, timeout=2).status == 200
+            except OSError:
+                return False
+        if role == "listener":
+            context = ssl.create_default_context()
+            context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+            try:
+                with (
+                    socket.create_connection(("127.0.0.1", self.ports[name]), timeout=2) as raw,
+                    context.wrap_socket(raw, server_hostname="localhost"),
+                ):
+                    return True
+            except ssl.SSLError:
+                return True  # a worker answered (refusing a client without a certificate)
+            except OSError:
+                return False
+        if role == "worker":
+            return " ready." in self._log_since_start(name)
+        return self.standing_by(name)
 
     def kill(self, name: str) -> None:
         proc = self.procs[name]
@@ -403,6 +442,42 @@ def watcher_sent(host: EmulatorHost, kubelet: ProcessKubelet) -> int:
     return total
 
 
+def watchers_idle(host: EmulatorHost, kubelet: ProcessKubelet) -> set[str]:
+    """The runtimes whose watcher has nothing waiting to be sent now."""
+    idle = set()
+    for runtime in host:
+        pod = kubelet.pod(runtime.name)
+        if pod is None:
+            continue
+        try:
+            text = urllib.request.urlopen(pod.metrics_url(), timeout=5).read().decode()
+        except (OSError, ValueError):
+            continue
+        for line in text.splitlines():
+            if line.startswith("watcher_send_queue_depth ") and float(line.split()[1]) == 0:
+                idle.add(runtime.name)
+    return idle
+
+
+def all_serving(
+    fleet: Fleet,
+    host: EmulatorHost,
+    kubelet: ProcessKubelet,
+    ready: threading.Event,
+    given_up: threading.Event,
+) -> None:
+    """Sets ``ready`` once every role process serves and every runtime watcher has been seen
+    with an empty queue (a thread of its own: the edits go on at their pace meanwhile)."""
+    idle: set[str] = set()
+    while not given_up.is_set():
+        if all(fleet.serves(name) for name in list(fleet.procs)):
+            idle |= watchers_idle(host, kubelet)
+            if len(idle) == len(host):
+                ready.set()
+                return
+        given_up.wait(0.5)
+
+
 class Sweeps:
     """The sweep's claimed ticks, read from its row every 0.2 s (each claim moves last_run_at)."""
 
@@ -439,6 +514,12 @@ def main() -> None:
     parser.add_argument("--kill-every", type=float, default=4, help="seconds between two kills")
     parser.add_argument("--outages", type=int, default=1, help="times Redis is stopped")
     parser.add_argument("--outage", default="10-30", help="seconds each outage lasts: MIN-MAX")
+    parser.add_argument(
+        "--calm",
+        type=float,
+        default=180,
+        help="longest wait, kills paused, for every role to serve before an outage",
+    )
     parser.add_argument("--settle", type=float, default=240, help="longest wait for the fleet to converge")
     parser.add_argument("--visibility", type=int, default=600, help="CELERY_VISIBILITY_TIMEOUT of the roles")
     parser.add_argument("--seed", type=int, default=None, help="random seed (kills, edits, outages)")
@@ -456,6 +537,7 @@ def main() -> None:
             "edit_every": 1.0,
             "kill_every": 5.0,
             "outage": "2-2",
+            "calm": 30.0,
             "settle": 90.0,
         },
     )
@@ -548,21 +630,47 @@ def run(host, kubelet, fleet: Fleet, args, rng: random.Random, outage_range: tup
     def toggle(obj: dict) -> None:
         obj["spec"]["channel"] = "fast" if obj["spec"].get("channel") != "fast" else "regular"
 
+    def edit_until(done, timeout: float) -> bool:
+        """Go on editing (and watching a takeover) until ``done()`` or ``timeout`` seconds."""
+        nonlocal takeover_watch
+        stop_at = time.monotonic() + timeout
+        while time.monotonic() < stop_at:
+            if done():
+                return True
+            runtime = rng.choice(runtimes)
+            edits.append((runtime.name, time.time()))
+            runtime.edit_as_user("Kyma", "default", toggle, "kyma-system")
+            takeover_watch = watch_takeover(takeover_watch, takeovers, started)
+            time.sleep(args.edit_every)
+        return False
+
+    def calm(ready: threading.Event) -> bool:
+        return ready.is_set() and takeover_watch is None
+
     while time.monotonic() < ends:
         now = time.monotonic()
         if outage_at and now >= outage_at[0]:
             outage_at.pop(0)
+            # Kills pause; the outage starts once every role serves again and every runtime
+            # watcher has emptied its queue (its backoff reset by a success).
+            waited = time.monotonic()
+            ready, given_up = threading.Event(), threading.Event()
+            threading.Thread(
+                target=all_serving, args=(fleet, host, kubelet, ready, given_up), daemon=True
+            ).start()
+            calmed = edit_until(functools.partial(calm, ready), args.calm)
+            given_up.set()
+            if not calmed:
+                print(f"  (after {args.calm:.0f} s, not every role serves yet: the outage starts anyway)")
             length = rng.uniform(*outage_range)
             down = time.time()
             BROKER.stop()
-            print(f"  {now - started:6.1f} s: broker stopped for {length:.0f} s", flush=True)
-            stop_at = time.monotonic() + length
-            while time.monotonic() < stop_at:  # the edits go on meanwhile
-                runtime = rng.choice(runtimes)
-                edits.append((runtime.name, time.time()))
-                runtime.edit_as_user("Kyma", "default", toggle, "kyma-system")
-                takeover_watch = watch_takeover(takeover_watch, takeovers, started)
-                time.sleep(args.edit_every)
+            print(
+                f"  {time.monotonic() - started:6.1f} s: broker stopped for {length:.0f} s (after "
+                f"{time.monotonic() - waited:.0f} s without kills)",
+                flush=True,
+            )
+            edit_until(lambda: False, length)  # the edits go on meanwhile
             BROKER.start()
             outages.append((down, time.time()))
             calm_until = time.monotonic() + 20
@@ -631,13 +739,14 @@ def report(result: dict) -> None:
         return next((s for s in starts.get(kymas[name], []) if s > moment), None)
 
     lost = [(name, at) for name, at in edits if first_after(name, at) is None]
-    after_broker = []
+    after_broker, slowest = [], []
     for down, back in result["outages"]:
         for name, at in edits:
             if down <= at <= back + 10:
                 reconciled = first_after(name, at)
                 if reconciled is not None:
                     after_broker.append(reconciled - max(at, back))
+                    slowest.append((reconciled - max(at, back), name, at - back))
     takeovers = result["takeovers"]
     takeover_p99 = percentile(takeovers, 99) if takeovers else 0.0
     after_p99 = percentile(after_broker, 99) if after_broker else 0.0
@@ -654,7 +763,12 @@ def report(result: dict) -> None:
     if after_broker:
         print(
             f"edits during or just after the {len(result['outages'])} outage(s): {len(after_broker)}; "
-            f"broker back -> reconcile p50 {statistics.median(after_broker):.1f} s, p99 {after_p99:.1f} s"
+            f"broker back -> reconcile p50 {statistics.median(after_broker):.1f} s, p99 {after_p99:.1f} s; "
+            "slowest: "
+            + ", ".join(
+                f"{name} edited at back{edited:+.1f} s: {late:.1f} s"
+                for late, name, edited in sorted(slowest)[-3:]
+            )
         )
     for name, at in lost[:10]:
         print(
