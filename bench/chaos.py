@@ -139,6 +139,9 @@ class RedisServer:
             stop_processes([self.proc], timeout=20)  # SIGTERM: it writes its file and exits
             self.proc = None
 
+    def close(self) -> None:
+        """After the last stop (nothing else of it runs)."""
+
 
 class RabbitNode:
     """A RabbitMQ node of this benchmark's own (``--broker rabbitmq``): its own ports, epmd,
@@ -149,8 +152,7 @@ class RabbitNode:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.name = f"chaos{os.getpid()}@localhost"
-        self.env = {
-            **os.environ,
+        self.overrides = {
             "HOME": str(directory),
             "RABBITMQ_NODENAME": self.name,
             "RABBITMQ_NODE_PORT": str(self.port),
@@ -166,6 +168,12 @@ class RabbitNode:
         # Celery holds ETA tasks unacknowledged in the worker: no 30-minute consumer timeout here.
         (directory / "rabbitmq.conf").write_text("consumer_timeout = 86400000\n")
         self.proc: subprocess.Popen | None = None
+
+    @property
+    def env(self) -> dict[str, str]:
+        # Read when the node starts, after setup_django: the node and the epmd it starts (a
+        # daemon outside the node's session) carry the run's mark and are stopped on any exit.
+        return {**os.environ, **self.overrides}
 
     @property
     def url(self) -> str:
@@ -207,6 +215,17 @@ class RabbitNode:
             )
             stop_processes([self.proc], timeout=20)
             self.proc = None
+
+    def close(self) -> None:
+        """After the last stop: end the node's epmd (stopping the node leaves it running)."""
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run(
+                [shutil.which("epmd") or "epmd", "-kill"],
+                env=self.env,
+                capture_output=True,
+                timeout=10,
+                check=False,
+            )
 
 
 _CHOSEN = sys.argv[sys.argv.index("--broker") + 1] if "--broker" in sys.argv[:-1] else "redis"
@@ -589,6 +608,7 @@ def main() -> None:
         fleet.stop()
         balancer.close()
         BROKER.stop()
+        BROKER.close()
         shutil.rmtree(BROKER.directory, ignore_errors=True)
     report(result)
 
@@ -762,7 +782,9 @@ def report(result: dict) -> None:
     )
     if after_broker:
         print(
-            f"edits during or just after the {len(result['outages'])} outage(s): {len(after_broker)}; "
+            f"edits during or just after the {len(result['outages'])} outage(s) ("
+            + ", ".join(f"{back - down:.0f}" for down, back in result["outages"])
+            + f" s from stopping to answering again): {len(after_broker)}; "
             f"broker back -> reconcile p50 {statistics.median(after_broker):.1f} s, p99 {after_p99:.1f} s; "
             "slowest: "
             + ", ".join(
