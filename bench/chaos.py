@@ -21,7 +21,9 @@ listener's connections go to the other). Then, for ``--duration`` seconds:
   answer) and every runtime watcher has emptied its queue once (a watcher still backing off from
   listeners killed earlier would otherwise wait up to its 30 s cap whatever the outage does).
 
-Then the edits stop and the fleet settles (at most ``--settle`` seconds), and it checks:
+Then the edits stop and the fleet settles (at most ``--settle`` seconds: until every runtime has
+converged and every runtime's last edit is followed by a reconcile; converging alone is not
+enough, as an even number of edits in flight leaves a runtime where it was), and it checks:
 
 - every runtime converged to its last edit: the control plane's copy of each Kyma has the
   channel the runtime has (C of N);
@@ -237,6 +239,7 @@ setup_django("chaos")
 BROKER.start()
 
 from django.db import connection
+from django.db.models import Max
 from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
@@ -428,6 +431,23 @@ def converged(runtimes: list, kymas: dict[str, int]) -> int:
         if channels.get(kymas[runtime.name]) == (live.get("spec") or {}).get("channel", "regular"):
             done += 1
     return done
+
+
+def unreconciled(edits: list[tuple[str, float]], kymas: dict[str, int]) -> int:
+    """How many edited runtimes have no reconcile started after their last edit (yet)."""
+    last_edit: dict[str, float] = {}
+    for name, at in edits:
+        last_edit[name] = max(at, last_edit.get(name, 0.0))
+    latest = dict(
+        Kyma.objects.filter(pk__in=[kymas[name] for name in last_edit])
+        .annotate(latest=Max("reconciles__started_at"))
+        .values_list("pk", "latest")
+    )
+    return sum(
+        1
+        for name, at in last_edit.items()
+        if latest.get(kymas[name]) is None or latest[kymas[name]].timestamp() <= at
+    )
 
 
 def wait_ready(kymas: list[Kyma], timeout: float) -> None:
@@ -726,7 +746,9 @@ def run(host, kubelet, fleet: Fleet, args, rng: random.Random, outage_range: tup
     while time.monotonic() < deadline and takeover_watch is not None:
         takeover_watch = watch_takeover(takeover_watch, takeovers, started)
         time.sleep(0.05)
-    while time.monotonic() < deadline and converged(runtimes, kymas) < len(runtimes):
+    while time.monotonic() < deadline and (
+        converged(runtimes, kymas) < len(runtimes) or unreconciled(edits, kymas)
+    ):
         time.sleep(1)
     time.sleep(3)  # the last reconciles' records
     sweeps.stop.set()
