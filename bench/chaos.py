@@ -781,6 +781,7 @@ def report(result: dict) -> None:
         return next((s for s in starts.get(kymas[name], []) if s > moment), None)
 
     lost = [(name, at) for name, at in edits if first_after(name, at) is None]
+    latencies = [start - at for name, at in edits if (start := first_after(name, at)) is not None]
     after_broker, slowest = [], []
     for down, back in result["outages"]:
         for name, at in edits:
@@ -802,6 +803,11 @@ def report(result: dict) -> None:
         + f"; longest gap between two sweeps {result['sweep_gap']:.1f} s "
         f"(interval {result['sweep_interval']:g} s)"
     )
+    if latencies:
+        print(
+            f"every edit -> its reconcile's start, the whole run: p50 {statistics.median(latencies):.1f} s, "
+            f"p99 {percentile(latencies, 99):.1f} s, max {max(latencies):.1f} s"
+        )
     if after_broker:
         print(
             f"edits during or just after the {len(result['outages'])} outage(s) ("
