@@ -424,13 +424,30 @@ def register(runtimes: list) -> list[Kyma]:
 
 def converged(runtimes: list, kymas: dict[str, int]) -> int:
     """How many runtimes the control plane agrees with (its copy has the runtime's channel)."""
-    channels = dict(Kyma.objects.filter(pk__in=kymas.values()).values_list("pk", "channel"))
-    done = 0
+    return len(runtimes) - len(differing(runtimes, kymas))
+
+
+def differing(runtimes: list, kymas: dict[str, int]) -> list[str]:
+    """The runtimes whose Kyma the control plane's copy does not match, each described."""
+    copies = {
+        pk: (channel, generation, seen)
+        for pk, channel, generation, seen in Kyma.objects.filter(pk__in=kymas.values()).values_list(
+            "pk", "channel", "generation", "runtime_kyma_generation"
+        )
+    }
+    found = []
     for runtime in runtimes:
         live = runtime.get_object("Kyma", "default", "kyma-system") or {}
-        if channels.get(kymas[runtime.name]) == (live.get("spec") or {}).get("channel", "regular"):
-            done += 1
-    return done
+        channel = (live.get("spec") or {}).get("channel", "regular")
+        copy = copies.get(kymas[runtime.name], (None, None, None))
+        if copy[0] != channel:
+            meta = live.get("metadata") or {}
+            found.append(
+                f"{runtime.name}: runtime channel {channel} (generation {meta.get('generation')}, "
+                f"resourceVersion {meta.get('resourceVersion')}), control plane {copy[0]} (generation "
+                f"{copy[1]}, runtime generation last seen {copy[2]})"
+            )
+    return found
 
 
 def unreconciled(edits: list[tuple[str, float]], kymas: dict[str, int]) -> int:
@@ -761,6 +778,7 @@ def run(host, kubelet, fleet: Fleet, args, rng: random.Random, outage_range: tup
         "runtimes": runtimes,
         "kymas": kymas,
         "converged": converged(runtimes, kymas),
+        "differing": differing(runtimes, kymas),
         "takeovers": takeovers,
         "sweep_gap": sweeps.longest_gap(),
         "sweep_interval": float(os.environ.get("RECONCILE_SWEEP_INTERVAL", "2")),
@@ -819,6 +837,16 @@ def report(result: dict) -> None:
                 f"{name} edited at back{edited:+.1f} s: {late:.1f} s"
                 for late, name, edited in sorted(slowest)[-3:]
             )
+        )
+    for line in result["differing"][:10]:
+        name = line.partition(":")[0]
+        last = [at for edited, at in edits if edited == name][-3:]
+        after = [s for s in starts.get(kymas[name], []) if last and s > last[0] - 30]
+        print(
+            f"not converged: {line}; its last edits at "
+            + ", ".join(f"{dt.datetime.fromtimestamp(at, dt.UTC):%H:%M:%S.%f}"[:-3] for at in last)
+            + ", reconciles started at "
+            + ", ".join(f"{dt.datetime.fromtimestamp(at, dt.UTC):%H:%M:%S.%f}"[:-3] for at in after)
         )
     for name, at in lost[:10]:
         print(
