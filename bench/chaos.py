@@ -14,11 +14,16 @@ listener's connections go to the other). Then, for ``--duration`` seconds:
   then waits for a restart, on this machine up to a minute);
 - ``--outages`` times (evenly spread) Redis is stopped for a random 10-30 s (``--outage``) and
   started again (``--broker rabbitmq``: a RabbitMQ node of its own instead). No process is
-  killed from an outage's start until 20 s after the broker is back (the reconciles of the edits
-  up to 10 s after it, which it measures, are done by then), so that the outage is measured on
-  its own.
+  killed from shortly before an outage until 20 s after the broker is back (the reconciles of the
+  edits up to 10 s after it, which it measures, are done by then), so that the outage is measured
+  on its own: before the broker stops, the kills pause until every process killed earlier serves
+  again (on a loaded 2-core machine a listener takes 30-45 s from its start to its first
+  answer) and every runtime watcher has emptied its queue once (a watcher still backing off from
+  listeners killed earlier would otherwise wait up to its 30 s cap whatever the outage does).
 
-Then the edits stop and the fleet settles (at most ``--settle`` seconds), and it checks:
+Then the edits stop and the fleet settles (at most ``--settle`` seconds: until every runtime has
+converged and every runtime's last edit is followed by a reconcile; converging alone is not
+enough, as an even number of edits in flight leaves a runtime where it was), and it checks:
 
 - every runtime converged to its last edit: the control plane's copy of each Kyma has the
   channel the runtime has (C of N);
@@ -50,12 +55,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import functools
 import itertools
 import os
 import random
 import shutil
 import signal
 import socket
+import ssl
 import statistics
 import subprocess
 import sys
@@ -134,6 +141,9 @@ class RedisServer:
             stop_processes([self.proc], timeout=20)  # SIGTERM: it writes its file and exits
             self.proc = None
 
+    def close(self) -> None:
+        """After the last stop (nothing else of it runs)."""
+
 
 class RabbitNode:
     """A RabbitMQ node of this benchmark's own (``--broker rabbitmq``): its own ports, epmd,
@@ -144,8 +154,7 @@ class RabbitNode:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.name = f"chaos{os.getpid()}@localhost"
-        self.env = {
-            **os.environ,
+        self.overrides = {
             "HOME": str(directory),
             "RABBITMQ_NODENAME": self.name,
             "RABBITMQ_NODE_PORT": str(self.port),
@@ -161,6 +170,12 @@ class RabbitNode:
         # Celery holds ETA tasks unacknowledged in the worker: no 30-minute consumer timeout here.
         (directory / "rabbitmq.conf").write_text("consumer_timeout = 86400000\n")
         self.proc: subprocess.Popen | None = None
+
+    @property
+    def env(self) -> dict[str, str]:
+        # Read when the node starts, after setup_django: the node and the epmd it starts (a
+        # daemon outside the node's session) carry the run's mark and are stopped on any exit.
+        return {**os.environ, **self.overrides}
 
     @property
     def url(self) -> str:
@@ -203,6 +218,17 @@ class RabbitNode:
             stop_processes([self.proc], timeout=20)
             self.proc = None
 
+    def close(self) -> None:
+        """After the last stop: end the node's epmd (stopping the node leaves it running)."""
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run(
+                [shutil.which("epmd") or "epmd", "-kill"],
+                env=self.env,
+                capture_output=True,
+                timeout=10,
+                check=False,
+            )
+
 
 _CHOSEN = sys.argv[sys.argv.index("--broker") + 1] if "--broker" in sys.argv[:-1] else "redis"
 _BROKER_DIR = Path(tempfile.mkdtemp(prefix=f"bench-chaos-{_CHOSEN}-"))
@@ -213,6 +239,7 @@ setup_django("chaos")
 BROKER.start()
 
 from django.db import connection
+from django.db.models import Max
 from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
@@ -313,10 +340,44 @@ class Fleet:
 
     def standing_by(self, name: str) -> bool:
         """Whether this beat, since its last start, stood by or led (it watches the lease)."""
+        since = self._log_since_start(name)
+        return "standing by; beat" in since or "leading since" in since
+
+    def _log_since_start(self, name: str) -> str:
         with open(state_dir() / f"{name}.log", errors="replace") as log:
             log.seek(self.log_start.get(name, 0))
-            since = log.read()
-        return "standing by; beat" in since or "leading since" in since
+            return log.read()
+
+    def serves(self, name: str) -> bool:
+        """Whether this process, since its last start, does its work: a web worker answers
+        /healthz, a listener's worker takes a TLS handshake (the gunicorn master listens long
+        before its worker has loaded the app), a Celery worker said it is ready, a beat watches
+        the lease."""
+        role = name.rsplit("-", 1)[0]
+        if self.procs[name].poll() is not None:
+            return False
+        if role == "web":
+            url = f"http://127.0.0.1:{self.ports[name]}/healthz"
+            try:
+                return urllib.request.urlopen(url, timeout=2).status == 200
+            except OSError:
+                return False
+        if role == "listener":
+            context = ssl.create_default_context()
+            context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+            try:
+                with (
+                    socket.create_connection(("127.0.0.1", self.ports[name]), timeout=2) as raw,
+                    context.wrap_socket(raw, server_hostname="localhost"),
+                ):
+                    return True
+            except ssl.SSLError:
+                return True  # a worker answered (refusing a client without a certificate)
+            except OSError:
+                return False
+        if role == "worker":
+            return " ready." in self._log_since_start(name)
+        return self.standing_by(name)
 
     def kill(self, name: str) -> None:
         proc = self.procs[name]
@@ -363,13 +424,47 @@ def register(runtimes: list) -> list[Kyma]:
 
 def converged(runtimes: list, kymas: dict[str, int]) -> int:
     """How many runtimes the control plane agrees with (its copy has the runtime's channel)."""
-    channels = dict(Kyma.objects.filter(pk__in=kymas.values()).values_list("pk", "channel"))
-    done = 0
+    return len(runtimes) - len(differing(runtimes, kymas))
+
+
+def differing(runtimes: list, kymas: dict[str, int]) -> list[str]:
+    """The runtimes whose Kyma the control plane's copy does not match, each described."""
+    copies = {
+        pk: (channel, generation, seen)
+        for pk, channel, generation, seen in Kyma.objects.filter(pk__in=kymas.values()).values_list(
+            "pk", "channel", "generation", "runtime_kyma_generation"
+        )
+    }
+    found = []
     for runtime in runtimes:
         live = runtime.get_object("Kyma", "default", "kyma-system") or {}
-        if channels.get(kymas[runtime.name]) == (live.get("spec") or {}).get("channel", "regular"):
-            done += 1
-    return done
+        channel = (live.get("spec") or {}).get("channel", "regular")
+        copy = copies.get(kymas[runtime.name], (None, None, None))
+        if copy[0] != channel:
+            meta = live.get("metadata") or {}
+            found.append(
+                f"{runtime.name}: runtime channel {channel} (generation {meta.get('generation')}, "
+                f"resourceVersion {meta.get('resourceVersion')}), control plane {copy[0]} (generation "
+                f"{copy[1]}, runtime generation last seen {copy[2]})"
+            )
+    return found
+
+
+def unreconciled(edits: list[tuple[str, float]], kymas: dict[str, int]) -> int:
+    """How many edited runtimes have no reconcile started after their last edit (yet)."""
+    last_edit: dict[str, float] = {}
+    for name, at in edits:
+        last_edit[name] = max(at, last_edit.get(name, 0.0))
+    latest = dict(
+        Kyma.objects.filter(pk__in=[kymas[name] for name in last_edit])
+        .annotate(latest=Max("reconciles__started_at"))
+        .values_list("pk", "latest")
+    )
+    return sum(
+        1
+        for name, at in last_edit.items()
+        if latest.get(kymas[name]) is None or latest[kymas[name]].timestamp() <= at
+    )
 
 
 def wait_ready(kymas: list[Kyma], timeout: float) -> None:
@@ -401,6 +496,42 @@ def watcher_sent(host: EmulatorHost, kubelet: ProcessKubelet) -> int:
             if line.startswith("watcher_events_sent_total "):
                 total += int(float(line.split()[1]))
     return total
+
+
+def watchers_idle(host: EmulatorHost, kubelet: ProcessKubelet) -> set[str]:
+    """The runtimes whose watcher has nothing waiting to be sent now."""
+    idle = set()
+    for runtime in host:
+        pod = kubelet.pod(runtime.name)
+        if pod is None:
+            continue
+        try:
+            text = urllib.request.urlopen(pod.metrics_url(), timeout=5).read().decode()
+        except (OSError, ValueError):
+            continue
+        for line in text.splitlines():
+            if line.startswith("watcher_send_queue_depth ") and float(line.split()[1]) == 0:
+                idle.add(runtime.name)
+    return idle
+
+
+def all_serving(
+    fleet: Fleet,
+    host: EmulatorHost,
+    kubelet: ProcessKubelet,
+    ready: threading.Event,
+    given_up: threading.Event,
+) -> None:
+    """Sets ``ready`` once every role process serves and every runtime watcher has been seen
+    with an empty queue (a thread of its own: the edits go on at their pace meanwhile)."""
+    idle: set[str] = set()
+    while not given_up.is_set():
+        if all(fleet.serves(name) for name in list(fleet.procs)):
+            idle |= watchers_idle(host, kubelet)
+            if len(idle) == len(host):
+                ready.set()
+                return
+        given_up.wait(0.5)
 
 
 class Sweeps:
@@ -439,6 +570,12 @@ def main() -> None:
     parser.add_argument("--kill-every", type=float, default=4, help="seconds between two kills")
     parser.add_argument("--outages", type=int, default=1, help="times Redis is stopped")
     parser.add_argument("--outage", default="10-30", help="seconds each outage lasts: MIN-MAX")
+    parser.add_argument(
+        "--calm",
+        type=float,
+        default=180,
+        help="longest wait, kills paused, for every role to serve before an outage",
+    )
     parser.add_argument("--settle", type=float, default=240, help="longest wait for the fleet to converge")
     parser.add_argument("--visibility", type=int, default=600, help="CELERY_VISIBILITY_TIMEOUT of the roles")
     parser.add_argument("--seed", type=int, default=None, help="random seed (kills, edits, outages)")
@@ -456,6 +593,7 @@ def main() -> None:
             "edit_every": 1.0,
             "kill_every": 5.0,
             "outage": "2-2",
+            "calm": 30.0,
             "settle": 90.0,
         },
     )
@@ -507,6 +645,7 @@ def main() -> None:
         fleet.stop()
         balancer.close()
         BROKER.stop()
+        BROKER.close()
         shutil.rmtree(BROKER.directory, ignore_errors=True)
     report(result)
 
@@ -548,21 +687,47 @@ def run(host, kubelet, fleet: Fleet, args, rng: random.Random, outage_range: tup
     def toggle(obj: dict) -> None:
         obj["spec"]["channel"] = "fast" if obj["spec"].get("channel") != "fast" else "regular"
 
+    def edit_until(done, timeout: float) -> bool:
+        """Go on editing (and watching a takeover) until ``done()`` or ``timeout`` seconds."""
+        nonlocal takeover_watch
+        stop_at = time.monotonic() + timeout
+        while time.monotonic() < stop_at:
+            if done():
+                return True
+            runtime = rng.choice(runtimes)
+            edits.append((runtime.name, time.time()))
+            runtime.edit_as_user("Kyma", "default", toggle, "kyma-system")
+            takeover_watch = watch_takeover(takeover_watch, takeovers, started)
+            time.sleep(args.edit_every)
+        return False
+
+    def calm(ready: threading.Event) -> bool:
+        return ready.is_set() and takeover_watch is None
+
     while time.monotonic() < ends:
         now = time.monotonic()
         if outage_at and now >= outage_at[0]:
             outage_at.pop(0)
+            # Kills pause; the outage starts once every role serves again and every runtime
+            # watcher has emptied its queue (its backoff reset by a success).
+            waited = time.monotonic()
+            ready, given_up = threading.Event(), threading.Event()
+            threading.Thread(
+                target=all_serving, args=(fleet, host, kubelet, ready, given_up), daemon=True
+            ).start()
+            calmed = edit_until(functools.partial(calm, ready), args.calm)
+            given_up.set()
+            if not calmed:
+                print(f"  (after {args.calm:.0f} s, not every role serves yet: the outage starts anyway)")
             length = rng.uniform(*outage_range)
             down = time.time()
             BROKER.stop()
-            print(f"  {now - started:6.1f} s: broker stopped for {length:.0f} s", flush=True)
-            stop_at = time.monotonic() + length
-            while time.monotonic() < stop_at:  # the edits go on meanwhile
-                runtime = rng.choice(runtimes)
-                edits.append((runtime.name, time.time()))
-                runtime.edit_as_user("Kyma", "default", toggle, "kyma-system")
-                takeover_watch = watch_takeover(takeover_watch, takeovers, started)
-                time.sleep(args.edit_every)
+            print(
+                f"  {time.monotonic() - started:6.1f} s: broker stopped for {length:.0f} s (after "
+                f"{time.monotonic() - waited:.0f} s without kills)",
+                flush=True,
+            )
+            edit_until(lambda: False, length)  # the edits go on meanwhile
             BROKER.start()
             outages.append((down, time.time()))
             calm_until = time.monotonic() + 20
@@ -598,7 +763,9 @@ def run(host, kubelet, fleet: Fleet, args, rng: random.Random, outage_range: tup
     while time.monotonic() < deadline and takeover_watch is not None:
         takeover_watch = watch_takeover(takeover_watch, takeovers, started)
         time.sleep(0.05)
-    while time.monotonic() < deadline and converged(runtimes, kymas) < len(runtimes):
+    while time.monotonic() < deadline and (
+        converged(runtimes, kymas) < len(runtimes) or unreconciled(edits, kymas)
+    ):
         time.sleep(1)
     time.sleep(3)  # the last reconciles' records
     sweeps.stop.set()
@@ -611,6 +778,7 @@ def run(host, kubelet, fleet: Fleet, args, rng: random.Random, outage_range: tup
         "runtimes": runtimes,
         "kymas": kymas,
         "converged": converged(runtimes, kymas),
+        "differing": differing(runtimes, kymas),
         "takeovers": takeovers,
         "sweep_gap": sweeps.longest_gap(),
         "sweep_interval": float(os.environ.get("RECONCILE_SWEEP_INTERVAL", "2")),
@@ -631,13 +799,15 @@ def report(result: dict) -> None:
         return next((s for s in starts.get(kymas[name], []) if s > moment), None)
 
     lost = [(name, at) for name, at in edits if first_after(name, at) is None]
-    after_broker = []
+    latencies = [start - at for name, at in edits if (start := first_after(name, at)) is not None]
+    after_broker, slowest = [], []
     for down, back in result["outages"]:
         for name, at in edits:
             if down <= at <= back + 10:
                 reconciled = first_after(name, at)
                 if reconciled is not None:
                     after_broker.append(reconciled - max(at, back))
+                    slowest.append((reconciled - max(at, back), name, at - back))
     takeovers = result["takeovers"]
     takeover_p99 = percentile(takeovers, 99) if takeovers else 0.0
     after_p99 = percentile(after_broker, 99) if after_broker else 0.0
@@ -651,10 +821,32 @@ def report(result: dict) -> None:
         + f"; longest gap between two sweeps {result['sweep_gap']:.1f} s "
         f"(interval {result['sweep_interval']:g} s)"
     )
+    if latencies:
+        print(
+            f"every edit -> its reconcile's start, the whole run: p50 {statistics.median(latencies):.1f} s, "
+            f"p99 {percentile(latencies, 99):.1f} s, max {max(latencies):.1f} s"
+        )
     if after_broker:
         print(
-            f"edits during or just after the {len(result['outages'])} outage(s): {len(after_broker)}; "
-            f"broker back -> reconcile p50 {statistics.median(after_broker):.1f} s, p99 {after_p99:.1f} s"
+            f"edits during or just after the {len(result['outages'])} outage(s) ("
+            + ", ".join(f"{back - down:.0f}" for down, back in result["outages"])
+            + f" s from stopping to answering again): {len(after_broker)}; "
+            f"broker back -> reconcile p50 {statistics.median(after_broker):.1f} s, p99 {after_p99:.1f} s; "
+            "slowest: "
+            + ", ".join(
+                f"{name} edited at back{edited:+.1f} s: {late:.1f} s"
+                for late, name, edited in sorted(slowest)[-3:]
+            )
+        )
+    for line in result["differing"][:10]:
+        name = line.partition(":")[0]
+        last = [at for edited, at in edits if edited == name][-3:]
+        after = [s for s in starts.get(kymas[name], []) if last and s > last[0] - 30]
+        print(
+            f"not converged: {line}; its last edits at "
+            + ", ".join(f"{dt.datetime.fromtimestamp(at, dt.UTC):%H:%M:%S.%f}"[:-3] for at in last)
+            + ", reconciles started at "
+            + ", ".join(f"{dt.datetime.fromtimestamp(at, dt.UTC):%H:%M:%S.%f}"[:-3] for at in after)
         )
     for name, at in lost[:10]:
         print(
