@@ -28,9 +28,10 @@ if _broker.startswith("redis://"):
     # never take each other's tasks.
     _given = re.search(r"/(\d+)$", _broker.rstrip("/"))
     _first = int(_given.group(1)) if _given and int(_given.group(1)) else 10
-    os.environ["CELERY_BROKER_URL"] = re.sub(
-        r"(/\d+)?$", f"/{_first + _number}", _broker.rstrip("/"), count=1
-    )
+    _derived = re.sub(r"(/\d+)?$", f"/{_first + _number}", _broker.rstrip("/"), count=1)
+    # A process a test started with a broker of its own (a Redis it stops and starts) keeps it.
+    if os.environ.get("CELERY_BROKER_URL", "") in ("", _broker, _derived):
+        os.environ["CELERY_BROKER_URL"] = _derived
 
 from controlplane.settings import *
 

@@ -250,7 +250,7 @@ class TestStaleVersionOnApply:
 
 ALIAS_BOMB = (
     f"apiVersion: {FLEET}\nkind: Module\nmetadata: {{name: bomb}}\n"
-    "spec:\n  channels: {regular: '1.0'}\n  resource: {version: v1, kind: K, plural: ks}\n"
+    "spec:\n  channels: {regular: '1.0.0'}\n  resource: {version: v1, kind: K, plural: ks}\n"
     "  defaultCR:\n"
     "    a: &a [x, x, x, x, x, x, x, x, x]\n"
     "    b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
@@ -271,7 +271,7 @@ class TestAliases:
         labels = ", ".join(f"k{i}: v" for i in range(50))
         text = (
             f"apiVersion: {FLEET}\nkind: Module\nmetadata: {{name: anchors}}\n"
-            "spec:\n  channels: {regular: '1.0'}\n  resource: {version: v1, kind: K, plural: ks}\n"
+            "spec:\n  channels: {regular: '1.0.0'}\n  resource: {version: v1, kind: K, plural: ks}\n"
             f"  defaultCR:\n    spec:\n      labels: &l {{{labels}}}\n      copies: [*l, *l, *l, *l]\n"
         )
 
