@@ -305,19 +305,20 @@ def test_given_a_runtime_task_queued_when_the_control_plane_asks_then_an_unmarke
 def test_given_a_sync_resource_written_right_after_a_reconcile_then_its_reconcile_is_not_spaced(task_queue):
     resource = SyncResourceFactory()
     kyma = resource.kyma
-    reconciled(kyma, 0.1, 1.5)  # a runtime that keeps changing: a runtime event would wait
+    # (seconds, not tenths: on a loaded machine the reconcile itself may take more than a second)
+    reconciled(kyma, 1, 15)  # a runtime that keeps changing: a runtime event would wait
     task_queue()
     resource.manifests = resource.manifests + "\n# edited\n"
     assert syncresource_save(resource)
     (task,) = task_queue()
     assert task.kwargs["urgent"] is True
-    kyma_reconcile_run(kyma.pk, min_spacing=1.0, **task.kwargs)  # no TooSoon
+    kyma_reconcile_run(kyma.pk, min_spacing=10, **task.kwargs)  # no TooSoon
     newest = ReconcileRecord.objects.filter(kyma_id=kyma.pk).order_by("-started_at").first()
     assert newest.reason == f"sync resource {resource.name} changed"
     with pytest.raises(TooSoon):  # the runtime's next event still waits for the spacing
-        kyma_reconcile_run(kyma.pk, min_spacing=1.0, reason="watch-event")
+        kyma_reconcile_run(kyma.pk, min_spacing=10, reason="watch-event")
     with pytest.raises(TooSoon):  # and so does a third within the spacing, even the control plane's
-        kyma_reconcile_run(kyma.pk, min_spacing=1.0, reason="module status reported", urgent=True)
+        kyma_reconcile_run(kyma.pk, min_spacing=10, reason="module status reported", urgent=True)
 
 
 def test_given_lease_busy_when_the_task_runs_then_it_is_published_again_and_ends(task_queue):

@@ -56,7 +56,7 @@ def test_edits_through_the_real_api_server_reach_the_reconcile(real_runtime, con
     )
     config = ModuleConfig.objects.get(kyma_id=kyma.pk, module__name="keda")
     module_services.moduleconfig_set_status(config=config, status={"state": "Ready"})  # as its manager
-    eventually(lambda: Kyma.objects.get(pk=kyma.pk).state == "Ready", "the Kyma Ready", control_plane, 60)
+    eventually(lambda: Kyma.objects.get(pk=kyma.pk).state == "Ready", "the Kyma Ready", control_plane, 180)
     # From now on only an event reconciles it (RECONCILE_READY_INTERVAL is an hour).
     assert not WatchEventRecord.objects.filter(kyma_id=kyma.pk, gvk_kind="Kyma").exists()
 
