@@ -22,6 +22,10 @@ def web():
     proc.stop()
 
 
+# The first answer may wait for a gunicorn worker that is still booting on a loaded machine.
+READ_TIMEOUT = 60
+
+
 @pytest.fixture
 def worker():
     proc = start_worker()
@@ -30,11 +34,11 @@ def worker():
 
 
 def test_given_gunicorn_web_when_probing_then_health_ready_metrics_and_static_admin_assets(web):
-    assert requests.get(f"{web}/healthz", timeout=5).json() == {"status": "ok"}
-    ready = requests.get(f"{web}/readyz", timeout=5)
+    assert requests.get(f"{web}/healthz", timeout=READ_TIMEOUT).json() == {"status": "ok"}
+    ready = requests.get(f"{web}/readyz", timeout=READ_TIMEOUT)
     assert ready.status_code == 200, ready.text
-    assert "controlplane_kymas" in requests.get(f"{web}/metrics", timeout=5).text
-    css = requests.get(f"{web}/static/admin/css/base.css", timeout=5)
+    assert "controlplane_kymas" in requests.get(f"{web}/metrics", timeout=READ_TIMEOUT).text
+    css = requests.get(f"{web}/static/admin/css/base.css", timeout=READ_TIMEOUT)
     assert css.status_code == 200 and "body" in css.text
 
 
