@@ -29,9 +29,14 @@ if _broker.startswith("redis://"):
     _given = re.search(r"/(\d+)$", _broker.rstrip("/"))
     _first = int(_given.group(1)) if _given and int(_given.group(1)) else 10
     _derived = re.sub(r"(/\d+)?$", f"/{_first + _number}", _broker.rstrip("/"), count=1)
-    # A process a test started with a broker of its own (a Redis it stops and starts) keeps it.
-    if os.environ.get("CELERY_BROKER_URL", "") in ("", _broker, _derived):
-        os.environ["CELERY_BROKER_URL"] = _derived
+    # A process a test started with a broker of its own (a Redis it stops and starts) keeps it:
+    # only a URL this module derived (in this process or the one it inherited from) is replaced.
+    if os.environ.get("CELERY_BROKER_URL", "") in (
+        "",
+        _broker,
+        os.environ.get("CONTROLPLANE_TEST_BROKER_DERIVED"),
+    ):
+        os.environ["CELERY_BROKER_URL"] = os.environ["CONTROLPLANE_TEST_BROKER_DERIVED"] = _derived
 
 from controlplane.settings import *
 
