@@ -196,13 +196,15 @@ def test_the_status_subresource_is_reviewed_as_such(client, server, configure, c
     client.merge(where + "/status", {"status": {"state": "Ready"}})
     client.merge(where, {"spec": {"a": 2}})  # not the status: not this webhook's
 
-    (request,) = server.requests("/validate/status")
-    assert (request["operation"], request["subResource"], request["requestSubResource"]) == (
-        "UPDATE",
-        "status",
-        "status",
-    )
-    assert (request["oldObject"].get("status"), request["object"]["status"]) == (None, {"state": "Ready"})
+    requests = server.requests("/validate/status")
+    assert requests  # more than one when a try on the cached copy conflicted: each the same change
+    for request in requests:
+        assert (request["operation"], request["subResource"], request["requestSubResource"]) == (
+            "UPDATE",
+            "status",
+            "status",
+        )
+        assert (request["oldObject"].get("status"), request["object"]["status"]) == (None, {"state": "Ready"})
     decision = detect_change(
         parse_admission_review(
             _raw({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
@@ -276,8 +278,20 @@ def test_an_object_selector_limits_what_is_reviewed(client, server, configure, c
     client.merge(f"{where}/in", {"metadata": {"labels": {"watched": None}}})  # the old one matched
     client.merge(f"{where}/in", {"spec": {"a": 3}})  # neither does now
 
-    seen = [(r["operation"], r["name"]) for r in server.requests("/validate/selected")]
-    assert seen == [("CREATE", "in"), ("UPDATE", "in")]
+    reviews = server.requests("/validate/selected")
+    seen = [(r["operation"], r["name"]) for r in reviews]
+    # The API server may review one write more than once: a patch tried on its cached copy that
+    # conflicts in etcd is tried again, admission included (seen under load). So: "out" never, the
+    # label's removal (the old object matched) once at least, and no update where neither matched.
+    assert seen[0] == ("CREATE", "in")
+    assert set(seen[1:]) == {("UPDATE", "in")}
+
+    def labelled_(obj: dict[str, Any] | None) -> bool:
+        return ((obj or {}).get("metadata", {}).get("labels") or {}).get("watched") == "yes"
+
+    updates = reviews[1:]
+    assert all(labelled_(r["oldObject"]) or labelled_(r["object"]) for r in updates)
+    assert any(labelled_(r["oldObject"]) and not labelled_(r["object"]) for r in updates)
 
 
 def test_a_denial_is_the_writes_answer(client, server, configure, ca, ns):
