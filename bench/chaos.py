@@ -70,16 +70,17 @@ import tempfile
 import threading
 import time
 import urllib.request
-import uuid
 from pathlib import Path
 
 from common import (
     ROOT,
+    clear_fleet,
     database_label,
     free_port,
     klm_watcher,
     parse_args,
     percentile,
+    register_kymas,
     setup_django,
     spawn,
     state_dir,
@@ -246,13 +247,9 @@ from django_celery_beat.models import PeriodicTask
 from controlplane.beat import LEASE_NAME
 from controlplane.leases import lease_current
 from fleet.models import Kyma, ReconcileRecord
-from kernel.documents.yamlio import dump_yaml
-from kernel.sealing import Sealed
 from pki import services as pki
-from pki.models import Certificate
 from runtime_emulator import EmulatorHost
 from runtime_emulator.kubelet import ProcessKubelet
-from watchers.models import Watcher
 
 ROLES = ("web", "listener", "worker", "beat")
 SWEEP = "reconcile-due"
@@ -397,29 +394,13 @@ class Fleet:
 
 
 def reset() -> None:
-    Certificate.objects.filter(kyma__isnull=False).delete()
-    Kyma.objects.all().delete()
-    Watcher.objects.all().delete()
+    clear_fleet()
     klm_watcher()
     pki.ca_bootstrap()
 
 
 def register(runtimes: list) -> list[Kyma]:
-    Kyma.objects.bulk_create(
-        Kyma(
-            uid=uuid.uuid4(),
-            namespace="kcp-system",
-            name=runtime.name,
-            runtime_id=f"rt-{runtime.name}",
-            skr_domain=f"{runtime.name}.kyma.example.com",
-            modules=[],
-            kubeconfig=Sealed.seal(dump_yaml([runtime.kubeconfig()])),
-        )
-        for runtime in runtimes
-    )
-    kymas = list(Kyma.objects.order_by("name"))
-    pki.certificates_issue_bulk(kymas=kymas)
-    return kymas
+    return register_kymas(runtimes, [runtime.name for runtime in runtimes])
 
 
 def converged(runtimes: list, kymas: dict[str, int]) -> int:

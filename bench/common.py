@@ -214,6 +214,76 @@ def klm_watcher(**extra: object) -> None:
     )
 
 
+# A Kyma's entry for keda, the module of :func:`keda_module`.
+KEDA_IN_KYMA = {"name": "keda", "customResourcePolicy": "CreateAndDelete", "managed": True}
+
+
+def clear_fleet() -> None:
+    """No Kymas (nor their certificates) and no Watchers: what every fleet benchmark starts from."""
+    from fleet.models import Kyma
+    from pki.models import Certificate
+    from watchers.models import Watcher
+
+    Certificate.objects.filter(kyma__isnull=False).delete()
+    Kyma.objects.all().delete()
+    Watcher.objects.all().delete()
+
+
+def keda_module(name: str = "keda") -> None:
+    """A module whose CR is a ``Keda`` (operator.kyma-project.io/v1alpha1), channel regular 1.0.0."""
+    from fleet.models import Module
+
+    Module.objects.create(
+        name=name,
+        channels={"regular": "1.0.0"},
+        cr_group="operator.kyma-project.io",
+        cr_version="v1alpha1",
+        cr_kind="Keda",
+        cr_plural="kedas",
+        default_cr={"spec": {"replicas": 1}},
+    )
+
+
+def register_kymas(
+    runtimes: list,
+    names: list[str],
+    *,
+    modules: list[dict[str, Any]] | None = None,
+    uid: Callable[[str], uuid.UUID] | None = None,
+    heard: bool = False,
+) -> list:
+    """One Kyma per emulated runtime (its kubeconfig sealed), named ``names`` in order, each with
+    its certificate (issued in bulk); ``heard``: as if its watcher had just reported."""
+    from django.utils import timezone
+
+    from fleet.models import Kyma
+    from kernel.documents.yamlio import dump_yaml
+    from kernel.sealing import Sealed
+    from pki import services as pki
+
+    now = timezone.now() if heard else None
+    Kyma.objects.bulk_create(
+        [
+            Kyma(
+                uid=uid(name) if uid else uuid.uuid4(),
+                namespace="kcp-system",
+                name=name,
+                runtime_id=f"rt-{name}",
+                skr_domain=f"{name}.kyma.example.com",
+                modules=modules or [],
+                kubeconfig=Sealed.seal(dump_yaml([runtime.kubeconfig()])),
+                watcher_last_seen_at=now,
+            )
+            for name, runtime in zip(names, runtimes, strict=True)
+        ],
+        batch_size=1000,
+    )
+    order = {name: n for n, name in enumerate(names)}
+    kymas = sorted((k for k in Kyma.objects.all() if k.name in order), key=lambda k: order[k.name])
+    pki.certificates_issue_bulk(kymas=kymas)
+    return kymas
+
+
 def database_label() -> str:
     from django.db import connection
 

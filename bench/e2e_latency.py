@@ -37,16 +37,17 @@ import tempfile
 import threading
 import time
 import urllib.request
-import uuid
 from pathlib import Path
 
 from common import (
     RawClient,
+    clear_fleet,
     database_label,
     free_port,
     klm_watcher,
     parse_args,
     percentile,
+    register_kymas,
     setup_django,
     start_listener,
     start_workers,
@@ -65,14 +66,10 @@ from django.utils import timezone
 
 from fleet import queue
 from fleet.models import Kyma, ReconcileRecord
-from kernel.documents.yamlio import dump_yaml
-from kernel.sealing import Sealed
 from listener.models import WatchEventRecord
 from pki import services as pki
-from pki.models import Certificate
 from runtime_emulator import EmulatorHost
 from runtime_emulator.kubelet import ProcessKubelet
-from watchers.models import Watcher
 
 EVENT = json.dumps(
     {
@@ -83,29 +80,13 @@ EVENT = json.dumps(
 
 
 def reset() -> None:
-    Certificate.objects.filter(kyma__isnull=False).delete()
-    Kyma.objects.all().delete()
-    Watcher.objects.all().delete()
+    clear_fleet()
     klm_watcher()
     pki.ca_bootstrap()
 
 
 def register(runtimes: list, prefix: str) -> list[Kyma]:
-    Kyma.objects.bulk_create(
-        Kyma(
-            uid=uuid.uuid4(),
-            namespace="kcp-system",
-            name=f"{prefix}-{n:04d}",
-            runtime_id=f"rt-{prefix}-{n:04d}",
-            skr_domain=f"{prefix}-{n:04d}.kyma.example.com",
-            modules=[],
-            kubeconfig=Sealed.seal(dump_yaml([runtime.kubeconfig()])),
-        )
-        for n, runtime in enumerate(runtimes)
-    )
-    kymas = list(Kyma.objects.filter(name__startswith=f"{prefix}-").order_by("name"))
-    pki.certificates_issue_bulk(kymas=kymas)
-    return kymas
+    return register_kymas(runtimes, [f"{prefix}-{n:04d}" for n in range(len(runtimes))])
 
 
 def converge(measured: list[Kyma], load: list[Kyma], timeout: float = 180) -> None:

@@ -38,10 +38,20 @@ import os
 import resource
 import subprocess
 import time
-import uuid
 from pathlib import Path
 
-from common import database_label, klm_watcher, parse_args, setup_django, start_workers, stop_processes
+from common import (
+    KEDA_IN_KYMA,
+    clear_fleet,
+    database_label,
+    keda_module,
+    klm_watcher,
+    parse_args,
+    register_kymas,
+    setup_django,
+    start_workers,
+    stop_processes,
+)
 
 if os.environ.get("BENCH_BROKER_URL"):
     os.environ["CELERY_BROKER_URL"] = os.environ["BENCH_BROKER_URL"]
@@ -65,55 +75,26 @@ from fleet.models import Kyma, Module, ModuleConfig, ReconcileRecord
 from fleet.queue.marks import flags
 from fleet.reconciler.run import kyma_reconcile_run
 from fleet.tasks import reconcile_due
-from kernel.documents.yamlio import dump_yaml
-from kernel.sealing import Sealed
 from pki import services as pki
-from pki.models import Certificate
 from runtime_emulator import EmulatorHost, crd_manifest
-from watchers.models import Watcher
 
 KEDA_CRD = crd_manifest("operator.kyma-project.io", "Keda", versions=("v1alpha1",))
 
 
 def reset() -> None:
-    Certificate.objects.filter(kyma__isnull=False).delete()
-    Kyma.objects.all().delete()
-    Watcher.objects.all().delete()
+    clear_fleet()
     Module.objects.all().delete()
     klm_watcher(
         gateway={"selector": {"matchLabels": {"operator.kyma-project.io/watcher-gateway": "default"}}}
     )
-    Module.objects.create(
-        name="keda",
-        channels={"regular": "1.0.0"},
-        cr_group="operator.kyma-project.io",
-        cr_version="v1alpha1",
-        cr_kind="Keda",
-        cr_plural="kedas",
-        default_cr={"spec": {"replicas": 1}},
-    )
+    keda_module()
     pki.ca_bootstrap()
 
 
 def register(host: EmulatorHost, size: int) -> list[int]:
     runtimes = host.create_many(size, prefix=f"fleet{size}", crds=[KEDA_CRD])
-    heard = timezone.now()
-    rows = [
-        Kyma(
-            uid=uuid.uuid4(),
-            namespace="kcp-system",
-            name=f"c-{size}-{n:05d}",
-            runtime_id=f"rt-{size}-{n:05d}",
-            skr_domain=f"c-{n:05d}.kyma.example.com",
-            modules=[{"name": "keda", "customResourcePolicy": "CreateAndDelete", "managed": True}],
-            kubeconfig=Sealed.seal(dump_yaml([runtime.kubeconfig()])),
-            watcher_last_seen_at=heard,
-        )
-        for n, runtime in enumerate(runtimes)
-    ]
-    Kyma.objects.bulk_create(rows, batch_size=1000)
-    kymas = list(Kyma.objects.order_by("pk"))
-    pki.certificates_issue_bulk(kymas=kymas)
+    names = [f"c-{size}-{n:05d}" for n in range(size)]
+    kymas = register_kymas(runtimes, names, modules=[KEDA_IN_KYMA], heard=True)
     return [k.pk for k in kymas]
 
 

@@ -43,16 +43,18 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from pathlib import Path
 
 from common import (
     ROOT,
+    clear_fleet,
     cpu_by_role,
     database_label,
     free_port,
+    keda_module,
     parse_args,
     percentile,
+    register_kymas,
     setup_django,
     spawn,
     start_listener,
@@ -74,54 +76,27 @@ from fleet import queue
 from fleet.models import Kyma, Module, ModuleConfig, ReconcileRecord, SyncResource
 from fleet.services import modules as module_services
 from kernel.api_tokens import api_token_create
-from kernel.documents.yamlio import dump_yaml
-from kernel.sealing import Sealed
 from pki import services as pki
-from pki.models import Certificate
 from runtime_emulator import EmulatorHost, crd_manifest
 from runtime_emulator.kubelet import ProcessKubelet
-from watchers.models import Watcher
 
 GROUP, VERSION = "operator.kyma-project.io", "v1alpha1"
 
 
 def reset() -> None:
-    Certificate.objects.filter(kyma__isnull=False).delete()
-    Kyma.objects.all().delete()
-    Watcher.objects.all().delete()  # the chain needs none
+    clear_fleet()  # the chain needs no Watcher
     Module.objects.filter(name__in=["keda", "keda-watch"]).delete()
     User.objects.filter(username="bench-manager").delete()
     pki.ca_bootstrap()
     for name in ("keda", "keda-watch"):
-        Module.objects.create(
-            name=name,
-            channels={"regular": "1.0.0"},
-            cr_group=GROUP,
-            cr_version=VERSION,
-            cr_kind="Keda",
-            cr_plural="kedas",
-            default_cr={"spec": {"replicas": 1}},
-        )
+        keda_module(name)
 
 
 def register(runtimes: list, prefix: str) -> list[Kyma]:
     for runtime in runtimes:
         runtime.register_crd(crd_manifest(GROUP, "Keda", versions=(VERSION,)))
-    Kyma.objects.bulk_create(
-        Kyma(
-            uid=uuid.uuid4(),
-            namespace="kcp-system",
-            name=f"{prefix}-{n:03d}",
-            runtime_id=f"rt-{prefix}-{n:03d}",
-            skr_domain=f"{prefix}-{n:03d}.kyma.example.com",
-            modules=[{"name": "keda"}],
-            kubeconfig=Sealed.seal(dump_yaml([runtime.kubeconfig()])),
-        )
-        for n, runtime in enumerate(runtimes)
-    )
-    kymas = list(Kyma.objects.filter(name__startswith=f"{prefix}-").order_by("name"))
-    pki.certificates_issue_bulk(kymas=kymas)
-    return kymas
+    names = [f"{prefix}-{n:03d}" for n in range(len(runtimes))]
+    return register_kymas(runtimes, names, modules=[{"name": "keda"}])
 
 
 def replicas(runtime: object) -> int | None:

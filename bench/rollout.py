@@ -36,7 +36,17 @@ import threading
 import time
 import uuid
 
-from common import database_label, klm_watcher, setup_django, start_workers, stop_processes
+from common import (
+    KEDA_IN_KYMA,
+    clear_fleet,
+    database_label,
+    keda_module,
+    klm_watcher,
+    register_kymas,
+    setup_django,
+    start_workers,
+    stop_processes,
+)
 
 if os.environ.get("BENCH_BROKER_URL"):
     os.environ["CELERY_BROKER_URL"] = os.environ["BENCH_BROKER_URL"]
@@ -54,12 +64,8 @@ from fleet import queue
 from fleet.models import Kyma, Module, ModuleConfig, Rollout, RolloutEvent, RolloutState, RolloutTarget
 from fleet.models.rollout import RELEASED_STATES
 from fleet.services import modules as module_services
-from kernel.documents.yamlio import dump_yaml
-from kernel.sealing import Sealed
 from pki import services as pki
-from pki.models import Certificate
 from runtime_emulator import EmulatorHost, crd_manifest
-from watchers.models import Watcher
 
 KEDA_CRD = crd_manifest("operator.kyma-project.io", "Keda", versions=("v1alpha1",))
 FAILS_ONE_IN = 20
@@ -68,46 +74,21 @@ UIDS = uuid.UUID("5b1e0c2a-0000-4d1f-9a6e-000000000000")  # the runtimes' uids a
 
 def reset() -> None:
     Rollout.objects.all().delete()
-    Certificate.objects.filter(kyma__isnull=False).delete()
-    Kyma.objects.all().delete()
-    Watcher.objects.all().delete()
+    clear_fleet()
     Module.objects.all().delete()
     klm_watcher(
         gateway={"selector": {"matchLabels": {"operator.kyma-project.io/watcher-gateway": "default"}}}
     )
-    Module.objects.create(
-        name="keda",
-        channels={"regular": "1.0.0"},
-        cr_group="operator.kyma-project.io",
-        cr_version="v1alpha1",
-        cr_kind="Keda",
-        cr_plural="kedas",
-        default_cr={"spec": {"replicas": 1}},
-    )
+    keda_module()
     pki.ca_bootstrap()
 
 
 def register(host: EmulatorHost, size: int) -> list[int]:
     runtimes = host.create_many(size, prefix="rollout", crds=[KEDA_CRD])
-    heard = timezone.now()
-    rows = []
-    for n, runtime in enumerate(runtimes):
-        name = f"r-{n:05d}"
-        rows.append(
-            Kyma(
-                uid=uuid.uuid5(UIDS, name),
-                namespace="kcp-system",
-                name=name,
-                runtime_id=f"rt-{n:05d}",
-                skr_domain=f"r-{n:05d}.kyma.example.com",
-                modules=[{"name": "keda", "customResourcePolicy": "CreateAndDelete", "managed": True}],
-                kubeconfig=Sealed.seal(dump_yaml([runtime.kubeconfig()])),
-                watcher_last_seen_at=heard,
-            )
-        )
-    Kyma.objects.bulk_create(rows, batch_size=1000)
-    kymas = list(Kyma.objects.order_by("pk"))
-    pki.certificates_issue_bulk(kymas=kymas)
+    names = [f"r-{n:05d}" for n in range(size)]
+    kymas = register_kymas(
+        runtimes, names, modules=[KEDA_IN_KYMA], uid=lambda name: uuid.uuid5(UIDS, name), heard=True
+    )
     return [k.pk for k in kymas]
 
 
