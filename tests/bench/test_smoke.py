@@ -105,7 +105,16 @@ def test_the_benchmarks_are_found():
     assert "common" not in {path.stem for path in SCRIPTS}
 
 
-@pytest.mark.parametrize("script", SCRIPTS, ids=lambda path: path.stem)
+def needs(script: Path) -> list[pytest.MarkDecorator]:
+    """A benchmark that starts real Kubernetes (it imports ``envtest``) is of the kube tier: it runs
+    where that tier does (the binaries built, root), as ``make test`` decides."""
+    uses_envtest = re.search(r"^\s*(from|import) envtest\b", script.read_text(), re.MULTILINE)
+    return [pytest.mark.kube] if uses_envtest else []
+
+
+@pytest.mark.parametrize(
+    "script", [pytest.param(script, marks=needs(script), id=script.stem) for script in SCRIPTS]
+)
 def test_given_a_benchmark_when_run_with_smoke_then_it_prints_its_closing_line_and_leaves_nothing(
     script, tmp_path
 ):
@@ -147,3 +156,4 @@ def test_given_a_benchmark_interrupted_with_ctrl_c_then_it_leaves_nothing_behind
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
     assert not left_behind(mark), "processes left behind after Ctrl-C"
+
