@@ -8,9 +8,9 @@ then runs one more periodic reconcile of each as warm-up and one measured, and c
 control plane's requests of that no-op as each API server saw them: its audit log (reads are get
 and list of resources, writes everything else). The same scenario then runs against N emulated
 runtimes (runtime_emulator), counted by the emulators. The counts must be equal: a difference is
-an emulator bug or a product bug. As in bench/fleet.py, the watchers count as alive (heard at
-registration, ``WATCHER_SILENT_AFTER`` a day), so a periodic no-op trusts their events. The last
-line is machine-readable::
+an emulator bug or a product bug, and the script exits 1 after its last line. As in
+bench/fleet.py, the watchers count as alive (heard at registration, ``WATCHER_SILENT_AFTER`` a
+day), so a periodic no-op trusts their events. The last line is machine-readable::
 
     real_runtime: kymas=N first_s=X noop_reads=A noop_writes=B emulator_noop_reads=C emulator_noop_writes=D
 
@@ -183,6 +183,9 @@ def main() -> None:
         f"real_runtime: kymas={n} first_s={first:.2f} noop_reads={reads:g} noop_writes={writes:g} "
         f"emulator_noop_reads={emulator_reads:g} emulator_noop_writes={emulator_writes:g}"
     )
+    if (reads, writes) != (emulator_reads, emulator_writes):
+        # The emulator stands in for real runtimes in every other benchmark: its no-op must cost the same.
+        sys.exit("real_runtime: the emulator's no-op reconcile costs differ from a real API server's")
 
 
 if __name__ == "__main__":
