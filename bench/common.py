@@ -23,12 +23,14 @@ import atexit
 import contextlib
 import os
 import secrets
+import shutil
 import signal
 import socket
 import ssl
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -64,7 +66,14 @@ def spawn(
     argv: list[str], *, env: dict | None = None, cwd: Path | str = ROOT, **popen: Any
 ) -> subprocess.Popen:
     """Start a process in a session of its own (its group is stopped whole), remembered so that it
-    is stopped when the benchmark ends, however it ends."""
+    is stopped when the benchmark ends, however it ends: even killed with SIGKILL, when nothing of
+    it runs any more, the process gets SIGTERM from the kernel (Linux, ``PR_SET_PDEATHSIG``; only
+    from the main thread, since the signal follows the forking thread's end) and stops its own."""
+    if sys.platform == "linux" and threading.current_thread() is threading.main_thread():
+        from runtime_emulator.kubelet import DIE_WITH_PARENT
+
+        program = shutil.which(argv[0]) or argv[0]
+        argv = [sys.executable, "-c", DIE_WITH_PARENT, str(os.getpid()), program, *argv[1:]]
     proc = subprocess.Popen(argv, cwd=cwd, env=env, start_new_session=True, **popen)
     _started.append(proc)
     return proc

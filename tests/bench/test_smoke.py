@@ -157,3 +157,27 @@ def test_given_a_benchmark_interrupted_with_ctrl_c_then_it_leaves_nothing_behind
             os.killpg(proc.pid, signal.SIGKILL)
     assert not left_behind(mark), "processes left behind after Ctrl-C"
 
+
+def test_given_a_benchmark_killed_with_sigkill_then_what_it_started_stops_too(tmp_path):
+    """SIGKILL runs no handler of the benchmark's: what it started stops on the kernel's word."""
+    mark = uuid.uuid4().hex
+    proc = subprocess.Popen(
+        [sys.executable, str(BENCH / "chaos.py"), "--smoke"],
+        cwd=ROOT,
+        env=bench_env(tmp_path, mark),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while len(marked(mark)) < 9 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert proc.poll() is None, "the benchmark ended before its processes were all up"
+        assert len(marked(mark)) >= 9, f"only {len(marked(mark))} processes of the run started"
+        proc.kill()  # the benchmark alone: not its group, and nothing of it can clean up
+        proc.wait(10)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert not left_behind(mark, grace=60), "processes left behind after SIGKILL"
