@@ -390,6 +390,7 @@ class KubeconfigSecretKind(ResourceKind):
     api_version = "v1"
     kind = "Secret"
     plural = "secrets"
+    verbose_name = "kubeconfig Secret"
     default_namespace = DEFAULT_NAMESPACE
     model = Kyma
     apply_order = 35

@@ -48,6 +48,8 @@ class ResourceKind:
     appliable: ClassVar[bool] = True
     listable: ClassVar[bool] = True
     read_only_reason: ClassVar[str] = ""
+    # How help texts name the kind's documents in prose; the kind itself unless set.
+    verbose_name: ClassVar[str] = ""
 
     # --- hooks ---------------------------------------------------------------------------------
 
@@ -234,6 +236,23 @@ def kinds() -> list[ResourceKind]:
     return list(_KINDS.values())
 
 
+def listable() -> list[ResourceKind]:
+    """The kinds ``get``, ``describe`` and the lists show, by plural: what the commands' help
+    texts and errors name, read here so a newly registered kind is named everywhere at once."""
+    return sorted((kind for kind in _KINDS.values() if kind.listable), key=lambda kind: kind.plural)
+
+
+def appliable() -> list[ResourceKind]:
+    """The kinds a document may have, by kind name (as ``listable``, for ``apply``)."""
+    return sorted((kind for kind in _KINDS.values() if kind.appliable), key=lambda kind: kind.kind)
+
+
+def in_words(names: Iterable[str], last: str = "or") -> str:
+    """``kymas, modules or watchers``: names as a sentence lists them."""
+    names = list(names)
+    return f"{', '.join(names[:-1])} {last} {names[-1]}" if len(names) > 1 else "".join(names)
+
+
 def for_document(doc: Any) -> ResourceKind:
     if not isinstance(doc, dict):
         raise ValidationFailed("a document must be an object", errors=[("", "a document must be an object")])
@@ -245,7 +264,7 @@ def for_document(doc: Any) -> ResourceKind:
     found = _KINDS.get((api_version, kind))
     same_kind = [k.api_version for k in _KINDS.values() if k.kind == kind and k.appliable]
     if found is None and not kind:
-        reason = "kind is missing (Kyma, Watcher, Module, SyncResource or Secret)"
+        reason = f"kind is missing ({in_words(k.kind for k in appliable())})"
         raise ValidationFailed(reason, errors=[("kind", reason)])
     if found is None and same_kind:
         wanted = " or ".join(same_kind)
@@ -269,7 +288,7 @@ def for_name(name: str) -> ResourceKind:
         names = {kind.plural, kind.kind.lower(), *kind.aliases}
         if kind.listable and wanted in names:
             return kind
-    known = ", ".join(sorted(k.plural for k in _KINDS.values() if k.listable))
+    known = ", ".join(kind.plural for kind in listable())
     raise ApplicationError(f"unknown resource type {name!r}; use one of: {known}")
 
 

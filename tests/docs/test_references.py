@@ -3,8 +3,9 @@
 The settings, command and metrics references are generated from the code at each documentation
 build (``tools/docs/``); these tests fail when a setting, command (or one of its arguments) or
 metric has no description, so ``make test`` catches it without building the site. They also hold
-the generated lists to what the processes really read and expose, and the pages that explain a
-closed set (the reasons a Kyma shows, the README's links) to that set.
+the generated lists to what the processes really read and expose, the kinds the document commands
+name to the kinds registered, and the pages that explain a closed set (the reasons a Kyma shows,
+the README's links) to that set.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY, CollectorRegistry
 
+from kernel.documents import registry
 from kernel.metrics import ScrapeTimeCollector
+from kernel.models import AuditEntry
 from tools.docs import commands, environment, layers, metrics
 from watchers.runtime.metrics import WatcherMetrics
 
@@ -58,6 +61,54 @@ def test_every_manage_py_command_its_subcommands_and_arguments_have_a_help_text(
     found = {command.name for command in commands.commands()}
     assert {"apply", "get", "pki", "serve", "up", "rollout", "credential", "token"} <= found
     assert commands.problems() == []
+
+
+def _kind_helps() -> dict[str, set[str]]:
+    """The words of each kind-taking command's help and of its ``kind`` argument's, as the
+    reference shows them."""
+    found = {}
+    for command in commands.commands():
+        if command.name in ("get", "describe", "delete", "apply"):
+            texts = [command.help, *(a.help for a in command.arguments if a.names == "kind")]
+            found[command.name] = set(re.findall(r"[A-Za-z]+", " ".join(texts)))
+    return found
+
+
+def _unnamed(helps: dict[str, set[str]]) -> list[str]:
+    missing = [
+        f"{command} --help: {word}"
+        for kind in registry.listable()
+        for command, word in (
+            ("get", kind.plural),
+            ("describe", kind.plural),
+            ("describe", kind.kind.lower()),
+        )
+        if word not in helps[command]
+    ]
+    missing += [
+        f"apply --help: {kind.kind}" for kind in registry.appliable() if kind.kind not in helps["apply"]
+    ]
+    return missing
+
+
+def test_get_describe_and_apply_name_every_registered_kind_in_their_help():
+    assert {"rollouts", "runtimewatchers"} <= {kind.plural for kind in registry.listable()}
+    assert _unnamed(_kind_helps()) == []
+
+
+class _GadgetKind(registry.ResourceKind):
+    api_version = "example.io/v1"
+    kind = "Gadget"
+    plural = "gadgets"
+    model = AuditEntry
+
+
+def test_given_a_newly_registered_kind_when_the_reference_is_built_then_the_commands_name_it(monkeypatch):
+    monkeypatch.setitem(registry._KINDS, (_GadgetKind.api_version, _GadgetKind.kind), _GadgetKind())
+    helps = _kind_helps()
+    assert {"gadgets", "gadget"} <= helps["get"] | helps["describe"] and "Gadget" in helps["apply"]
+    assert _unnamed(helps) == []
+    assert "gadgets" not in helps["delete"], "only kinds with a deleter are named by delete"
 
 
 # --- metrics -------------------------------------------------------------------------------------

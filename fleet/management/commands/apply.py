@@ -9,7 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from kernel import audit
-from kernel.documents.registry import DocumentsInvalid, apply_documents
+from kernel.documents.registry import DocumentsInvalid, appliable, apply_documents, in_words
 from kernel.documents.yamlio import DocumentError, load_documents
 
 
@@ -33,7 +33,11 @@ def _sources(paths: list[str]) -> list[tuple[str, str]]:
 
 
 class Command(BaseCommand):
-    help = "Apply Kyma, Watcher, Module, SyncResource and kubeconfig Secret documents (all or none)."
+    # The kinds are the registry's, read when the parser is built (--help, the command reference).
+    @property
+    def help(self) -> str:
+        names = in_words((kind.verbose_name or kind.kind for kind in appliable()), last="and")
+        return f"Apply {names} documents (all or none)."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(

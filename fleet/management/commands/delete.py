@@ -17,6 +17,7 @@ from fleet.models import Kyma, Module, SyncResource
 from fleet.services import kymas as kyma_services
 from fleet.services import modules as module_services
 from kernel import audit
+from kernel.documents.registry import ResourceKind, in_words, listable
 from watchers.models import Watcher
 from watchers.services import watcher_delete
 
@@ -37,11 +38,19 @@ DELETERS: dict[type, Callable[[Any], bool]] = {
 }
 
 
+def _deletable() -> list[ResourceKind]:
+    return [kind for kind in listable() if kind.model in DELETERS]
+
+
 class Command(BaseCommand):
-    help = "Delete a kyma, watcher, module or syncresource (as the API's DELETE); --wait until it is gone."
+    # The kinds are the registry's that have a deleter, read when the parser is built.
+    @property
+    def help(self) -> str:
+        kinds = in_words(kind.kind.lower() for kind in _deletable())
+        return f"Delete a {kinds} (as the API's DELETE); --wait until it is gone."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("kind", help="kymas, watchers, modules or syncresources")
+        parser.add_argument("kind", help=in_words(kind.plural for kind in _deletable()))
         parser.add_argument("target", help="NAMESPACE/NAME (or NAME for kinds without a namespace)")
         parser.add_argument("--wait", action="store_true", help="wait until the cleanup is done")
         parser.add_argument(

@@ -9,6 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from kernel.documents.registry import in_words, listable
 from kernel.documents.yamlio import dump_yaml
 from kernel.timefmt import rfc3339
 
@@ -106,13 +107,16 @@ def describe_lines(document: dict[str, Any], obj: Any) -> list[str]:
 
 
 class Command(BaseCommand):
-    help = (
-        "Show one kyma, watcher, module, moduleconfig or syncresource in detail: status, conditions, "
-        "recent events and reconciles (like kubectl describe)."
-    )
+    # The kinds are the registry's, read when the parser is built (--help, the command reference).
+    @property
+    def help(self) -> str:
+        return (
+            f"Show one {in_words(kind.kind.lower() for kind in listable())} in detail: status, "
+            "conditions, recent events and reconciles (like kubectl describe)."
+        )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("kind", help="kymas, watchers, modules, moduleconfigs or syncresources")
+        parser.add_argument("kind", help=in_words(kind.plural for kind in listable()))
         parser.add_argument("target", help="NAMESPACE/NAME (or NAME for kinds without a namespace)")
 
     def handle(self, *args: Any, **options: Any) -> None:

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from kernel.documents.registry import ResourceKind, for_name
+from kernel.documents.registry import ResourceKind, for_name, in_words, listable
 from kernel.documents.yamlio import dump_json, dump_yaml
 from kernel.errors import ApplicationError
 
@@ -37,10 +37,13 @@ def _table(kind: ResourceKind, objects: list[Any]) -> str:
 
 
 class Command(BaseCommand):
-    help = "List or show kymas, watchers, modules, moduleconfigs or syncresources."
+    # The kinds are the registry's, read when the parser is built (--help, the command reference).
+    @property
+    def help(self) -> str:
+        return f"List or show {in_words(kind.plural for kind in listable())}."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("kind", help="kymas, watchers, modules, moduleconfigs or syncresources")
+        parser.add_argument("kind", help=in_words(kind.plural for kind in listable()))
         parser.add_argument("target", nargs="?", help="NAMESPACE/NAME or NAME")
         parser.add_argument("-n", "--namespace", help="only this namespace")
         parser.add_argument(
