@@ -282,7 +282,10 @@ REST_FRAMEWORK = {
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Kyma fleet control plane API",
-    "DESCRIPTION": "Kymas, Watchers, Modules, ModuleConfigs and SyncResources in the upstream CR shapes.",
+    "DESCRIPTION": (
+        "The fleet as documents in the upstream CR shapes (Kyma, Watcher, ...), plus rollouts, "
+        "certificates, events and the audit trail."
+    ),
     "VERSION": "v1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
