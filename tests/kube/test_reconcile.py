@@ -200,6 +200,36 @@ def test_drift_in_the_runtime_is_corrected_by_the_periodic_reconcile(real_runtim
     assert deployment["spec"]["replicas"] == 1
 
 
+def test_drift_of_the_catalog_mirror_is_repaired_when_its_recheck_is_due(real_runtime, kyma, settings):
+    """A user's edit of a template, a deleted release meta and a stray template of ours (labelled
+    as the mirror's): the recheck puts the mirror back as the catalog says."""
+    kyma = settled(real_runtime, kyma)
+    mirror = "operator.kyma-project.io/v1beta2"
+    real_runtime.call(
+        "PATCH",
+        real_runtime.path(mirror, "moduletemplates", "keda-1.0.0", "kyma-system"),
+        body={"spec": {"version": "9.9.9"}},
+        content_type="application/merge-patch+json",
+    )
+    real_runtime.call("DELETE", real_runtime.path(mirror, "modulereleasemetas", "keda", "kyma-system"))
+    stray = real_runtime.get(mirror, "moduletemplates", "keda-1.1.0", "kyma-system")
+    stray["metadata"] = {"name": "keda-0.9.0", "labels": stray["metadata"]["labels"]}
+    real_runtime.call("POST", real_runtime.path(mirror, "moduletemplates", None, "kyma-system"), body=stray)
+
+    periodic(kyma)  # not due yet: the mirror is trusted between rechecks
+    assert real_runtime.get(mirror, "modulereleasemetas", "keda", "kyma-system") is None
+
+    settings.RUNTIME_RECHECK_INTERVAL = 0
+    periodic(kyma)
+
+    assert (
+        real_runtime.get(mirror, "moduletemplates", "keda-1.0.0", "kyma-system")["spec"]["version"] == "1.0.0"
+    )
+    assert real_runtime.get(mirror, "modulereleasemetas", "keda", "kyma-system") is not None
+    names = sorted(t["metadata"]["name"] for t in real_runtime.list(mirror, "moduletemplates", "kyma-system"))
+    assert names == ["keda-1.0.0", "keda-1.1.0"]
+
+
 def test_a_deleted_sync_resource_is_pruned_from_the_runtime(real_runtime, kyma):
     kyma = reconcile(kyma)
     resource = kyma.sync_resources.get(name="keda-config")
@@ -261,6 +291,12 @@ def test_deletion_leaves_nothing_of_ours_in_the_runtime(real_runtime, kyma):
     assert real_runtime.get("operator.kyma-project.io/v1beta2", "kymas", "default", "kyma-system") is None
     assert real_runtime.get("operator.kyma-project.io/v1alpha1", "kedas", "default", "kyma-system") is None
     assert real_runtime.get("v1", "configmaps", "keda", "kyma-system") is None
+    # The catalog's mirror goes with the Kyma; its CRDs stay, as the Kyma's does (a runtime's
+    # users may hold objects of them).
+    for plural in ("moduletemplates", "modulereleasemetas"):
+        assert real_runtime.list("operator.kyma-project.io/v1beta2", plural, "kyma-system") == [], plural
+        crd = f"{plural}.operator.kyma-project.io"
+        assert real_runtime.get("apiextensions.k8s.io/v1", "customresourcedefinitions", crd) is not None
     # The controllers then remove the watcher's ReplicaSet and pod (garbage collection).
     wait_for(
         lambda: (
