@@ -11,7 +11,8 @@ listener's connections go to the other). Then, for ``--duration`` seconds:
 - every ``--kill-every`` seconds one role process chosen at random is killed with SIGKILL (its
   whole process group: a pod lost) and started again at once; the leading beat only while the
   other beat stands by (both beats lost at once leave no standby to take over: the takeover
-  then waits for a restart, on this machine up to a minute);
+  then waits for a restart, on this machine up to a minute), and no process at all while a
+  killed leader's takeover is awaited (so K counts fewer kills than duration / interval);
 - ``--outages`` times (evenly spread) Redis is stopped for a random 10-30 s (``--outage``) and
   started again (``--broker rabbitmq``: a RabbitMQ node of its own instead). No process is
   killed from shortly before an outage until 20 s after the broker is back (the reconciles of the

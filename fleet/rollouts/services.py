@@ -177,7 +177,11 @@ def _refuse(rollout: Rollout, action: str, allowed: frozenset[str] | set[str]) -
 
 @transaction.atomic
 def rollout_pause(*, rollout: Rollout, user: Any = None) -> Rollout:
-    """No further wave starts (the current one is still judged) until it is resumed."""
+    """Stop a Progressing rollout until it is resumed. Beat advances only Progressing rollouts
+    (:func:`.engine.rollouts_advance`), so meanwhile no further wave starts and the current one
+    is not judged either: its released runtimes still reconcile to the new target, while their
+    verdicts, and with them a halt or the gate's passing, wait for the resume (each runtime's time
+    limit runs on)."""
     rollout = _locked(rollout)
     if rollout.state == RolloutState.PAUSED:
         return rollout

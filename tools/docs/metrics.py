@@ -159,6 +159,10 @@ def markdown(root: Path = ROOT) -> str:
         "series; counters also a `_created` series. Gauges computed from the database are the same",
         "whichever web process answers. [Monitoring](../operators/monitoring.md) has alerts built on them.",
         "",
+        "Not listed: what the Prometheus client library reports of a process by itself (`process_*`,",
+        "`python_gc_*`, `python_info`), served on the worker's and the beat's side ports",
+        "(`controlplane/probes.py`). A worker's side port (`WORKER_METRICS_BIND`) serves nothing else.",
+        "",
         f"{len(found)} metrics.",
         "",
     ]
