@@ -17,6 +17,7 @@ CR's own status is read every time (status changes are not reported).
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 from typing import Any
 
 from fleet.k8s.client import Exists, Gone
@@ -111,9 +112,10 @@ def sync(ctx: ReconcileContext) -> list[int]:
         outcome = _one(ctx, module, entry, channel, version, config, changed)
         outcome.policy = entry.get("customResourcePolicy", "CreateAndDelete")
         if held is not None:
-            outcome.maintenance = True
-            outcome.message = held
-            if held.startswith("cannot"):
+            outcome.message = held.message
+            if held.waits:
+                outcome.maintenance = True
+            else:
                 outcome.state = KymaState.ERROR
         ctx.modules.append(outcome)
     if missing:
@@ -142,14 +144,25 @@ def installed_version(ctx: ReconcileContext, module: Module, config: ModuleConfi
     return str((entry or {}).get("version") or "")
 
 
+@dataclass(frozen=True)
+class Hold:
+    """Why a new version is held back: ``waits`` for a window that will open (the module status
+    says ``maintenance: true``), else no window can come (no policy, or none for this runtime)."""
+
+    message: str
+    waits: bool
+
+
 def _maintenance(
     ctx: ReconcileContext, module: Module, version: str, config: ModuleConfig | None
-) -> tuple[str, str | None]:
+) -> tuple[str, Hold | None]:
     """Upstream's rule: a version that requires downtime reaches a runtime that runs the module
     already only inside its maintenance window, unless the Kyma skips windows; a first
     installation is never held back. Returns the version to hand out, and why it is held (then
-    the installed one stays), or ``None``. Without a policy nothing can say when: upstream
-    reports it as an error, and so do we."""
+    the installed one stays), or ``None``. When no window can come (no policy, or none for this
+    runtime) nothing will ever let the version through: upstream reports that as the module's
+    Error, without ``maintenance`` (which means a wait that ends), and so do we; a rollout judges
+    it a failure, not a wait."""
     installed = installed_version(ctx, module, config)
     if (
         not installed
@@ -162,13 +175,15 @@ def _maintenance(
     if window.is_open:
         return version, None
     if window.upcoming is None:
-        return installed, f"cannot update {module.name} from {installed} to {version}: {window.problem}"
+        cannot = f"cannot update {module.name} from {installed} to {version}: {window.problem}"
+        return installed, Hold(cannot, waits=False)
     begin = window.upcoming.begin
     ctx.recheck(begin + dt.timedelta(seconds=1))  # reconciled again as the window opens
-    return installed, (
+    waiting = (
         f"waiting for the next maintenance window to update {module.name} from {installed} to {version} "
         f"(it requires downtime; the window opens {display(begin)})"
     )
+    return installed, Hold(waiting, waits=True)
 
 
 def _one(

@@ -13,7 +13,8 @@ before is changed but not counted (``Excluded``): the gate judges the change, no
 troubles. The others are judged from what their reconcile left (:meth:`.kinds.Subject.judge`):
 ``Ready``; ``Failed`` (the subject failed in it, or it was not Ready within the gate's
 ``timeoutSeconds``); ``Waiting`` for its maintenance window (the time limit starts when the window
-opens). As soon as more than ``maxErrorRatio`` of the wave's counted runtimes failed, the rollout
+opens; a wait always says when that is, and a runtime no window will ever open for is ``Failed``,
+never ``Waiting``). As soon as more than ``maxErrorRatio`` of the wave's counted runtimes failed, the rollout
 halts (``Halted``, with the figures and the first failures). When every runtime is judged and the
 ratio holds, the wave is passed once ``bakeSeconds`` have gone by, and the next one starts.
 """

@@ -25,12 +25,18 @@ UNREACHED = frozenset({"Unreachable", "NoKubeconfig"})
 @dataclass(frozen=True)
 class Verdict:
     """How a released runtime is doing: ``Ready``, ``Failed`` (with why), ``Waiting`` for its
-    maintenance window (which opens at ``opens_at``), ``Progressing`` (it has the new target, not
-    Ready yet), or not known yet (``""``: e.g. not reconciled since its release)."""
+    maintenance window (which opens at ``opens_at``: always known), ``Progressing`` (it has the
+    new target, not Ready yet), or not known yet (``""``: e.g. not reconciled since its release)."""
 
     state: str = ""
     reason: str = ""
     opens_at: dt.datetime | None = None
+
+    def __post_init__(self) -> None:
+        # The engine puts no time limit on a wait: one with no end would hold its wave for ever.
+        # A runtime that can never get a window has failed the gate (the subject says why).
+        if self.state == "Waiting" and self.opens_at is None:
+            raise ValueError(f"a Waiting verdict needs the time its window opens ({self.reason!r})")
 
 
 NOT_YET = Verdict()

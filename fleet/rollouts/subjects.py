@@ -6,7 +6,10 @@ rollout (:func:`module_versions_changed`, from ``module_save``), with the policy
 ``ROLLOUT_POLICY["ModuleVersion"]`` and the module's own ``spec.rolloutPolicy`` over it. The mark on
 ``Module.rollout_holds`` keeps the old version for runtimes whose wave has not started; a runtime
 is judged from its Kyma's ``status.modules`` entry of the module: the new version Ready (its
-manager reported on it), Error, or held by its maintenance window (``maintenance: true``).
+manager reported on it), Error, or held by its maintenance window (``maintenance: true``: Waiting
+until the window opens). A version that cannot reach the runtime at all, as when no window can
+come (no policy, or none for this runtime), is Failed with the reason: waiting would hold the wave
+for ever, since a Waiting runtime has no time limit.
 """
 
 from __future__ import annotations
@@ -109,9 +112,16 @@ class ModuleVersionSubject(Subject):
             return NOT_YET
         if entry.get("maintenance"):
             window = maintenance.window_of(kyma, timezone.now(), extra)
-            opens = window.upcoming.begin if window.upcoming is not None else None
-            return Verdict("Waiting", entry.get("message") or "waiting for its maintenance window", opens)
+            if window.upcoming is None:  # the policy changed since the reconcile: no window will come
+                cause = f"{module} {new} requires downtime and no maintenance window will open"
+                return Verdict("Failed", f"{cause}: {window.problem}"[:1000])
+            message = entry.get("message") or "waiting for its maintenance window"
+            return Verdict("Waiting", message, window.upcoming.begin)
         if entry.get("version") != new:
+            if entry.get("state") == KymaState.ERROR:
+                # reconciled since its release, yet the new version could not be handed out (no
+                # maintenance window can come, the catalog lost it): it will not get there by waiting
+                return Verdict("Failed", f"{module} {new}: {entry.get('message') or 'Error'}"[:1000])
             return NOT_YET
         if entry.get("state") == KymaState.READY:
             return Verdict("Ready")

@@ -1,6 +1,7 @@
 """Maintenance windows in the reconcile, as upstream has them: a module version that requires
 downtime reaches a runtime that runs the module already only inside its window, unless the Kyma
-skips windows; a first installation never waits; without a policy the module says it cannot."""
+skips windows; a first installation never waits; without a window to wait for (no policy, or none
+for this runtime) the module is in Error and says why, as upstream: it is not waiting."""
 
 from __future__ import annotations
 
@@ -138,7 +139,22 @@ def test_given_no_policy_then_the_module_cannot_be_updated_and_says_so(installed
     status = keda_status(kyma)
     assert status["state"] == "Error"
     assert "no maintenance-window policy is configured" in status["message"]
+    assert "maintenance" not in status  # upstream: a window it cannot know is an error, not a wait
     assert kyma.state == "Error"
+
+
+def test_given_a_policy_with_no_window_for_the_runtime_then_the_module_cannot_be_updated_and_says_so(
+    installed,
+):
+    kyma, keda = installed
+    window = policy_with_window(*OPEN)["default"]
+    store_policy({"rules": [{"match": {"plan": "azure"}, "windows": [window]}]})  # none for trial
+    upgrade(keda)
+    reconcile(kyma)
+    assert ModuleConfig.objects.get(kyma=kyma).version == "1.0.0"
+    status = keda_status(kyma)
+    assert status["state"] == "Error" and "maintenance" not in status
+    assert "the maintenance-window policy gives this runtime no window" in status["message"]
 
 
 def test_given_the_policy_in_a_file_then_it_is_used_while_the_admin_has_none(installed, settings, tmp_path):
