@@ -238,11 +238,11 @@ def clear_fleet() -> None:
     Watcher.objects.all().delete()
 
 
-def keda_module(name: str = "keda") -> None:
+def keda_module(name: str = "keda") -> Any:
     """A module whose CR is a ``Keda`` (operator.kyma-project.io/v1alpha1), channel regular 1.0.0."""
     from fleet.models import Module
 
-    Module.objects.create(
+    return Module.objects.create(
         name=name,
         channels={"regular": "1.0.0"},
         cr_group="operator.kyma-project.io",

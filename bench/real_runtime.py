@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import klm_watcher, setup_django
+from common import keda_module, klm_watcher, setup_django
 
 os.environ.setdefault("WATCHER_SILENT_AFTER", "86400")
 setup_django("real-runtime")
@@ -62,15 +62,7 @@ def catalog() -> Module:
     Watcher.objects.all().delete()
     pki.ca_bootstrap()
     klm_watcher()
-    return Module.objects.create(
-        name="keda",
-        channels={"regular": "1.0.0"},
-        cr_group="operator.kyma-project.io",
-        cr_version="v1alpha1",
-        cr_kind="Keda",
-        cr_plural="kedas",
-        default_cr={"spec": {"replicas": 1}},
-    )
+    return keda_module()
 
 
 def register(name: str, kubeconfig: dict, keda: Module) -> Kyma:

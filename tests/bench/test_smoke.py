@@ -132,9 +132,8 @@ def test_given_a_benchmark_when_run_with_smoke_then_it_prints_its_closing_line_a
     assert not leftovers, f"{script.name} --smoke left processes behind:\n" + "\n".join(leftovers)
 
 
-def test_given_a_benchmark_interrupted_with_ctrl_c_then_it_leaves_nothing_behind(tmp_path):
-    """Ctrl-C while its Redis, servers, workers and beats run: all of them stop."""
-    mark = uuid.uuid4().hex
+def start_chaos(tmp_path: Path, mark: str) -> subprocess.Popen:
+    """chaos.py --smoke, once its Redis and two of every role (web, listener, worker, beat) run."""
     proc = subprocess.Popen(
         [sys.executable, str(BENCH / "chaos.py"), "--smoke"],
         cwd=ROOT,
@@ -143,11 +142,17 @@ def test_given_a_benchmark_interrupted_with_ctrl_c_then_it_leaves_nothing_behind
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
+    deadline = time.monotonic() + 120
+    while len(marked(mark)) < 9 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return proc
+
+
+def test_given_a_benchmark_interrupted_with_ctrl_c_then_it_leaves_nothing_behind(tmp_path):
+    """Ctrl-C while its Redis, servers, workers and beats run: all of them stop."""
+    mark = uuid.uuid4().hex
+    proc = start_chaos(tmp_path, mark)
     try:
-        deadline = time.monotonic() + 120
-        # its Redis and two of every role (web, listener, worker, beat)
-        while len(marked(mark)) < 9 and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
         assert proc.poll() is None, "the benchmark ended before its processes were all up"
         assert len(marked(mark)) >= 9, f"only {len(marked(mark))} processes of the run started"
         os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C reaches the foreground group
@@ -161,18 +166,8 @@ def test_given_a_benchmark_interrupted_with_ctrl_c_then_it_leaves_nothing_behind
 def test_given_a_benchmark_killed_with_sigkill_then_what_it_started_stops_too(tmp_path):
     """SIGKILL runs no handler of the benchmark's: what it started stops on the kernel's word."""
     mark = uuid.uuid4().hex
-    proc = subprocess.Popen(
-        [sys.executable, str(BENCH / "chaos.py"), "--smoke"],
-        cwd=ROOT,
-        env=bench_env(tmp_path, mark),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    proc = start_chaos(tmp_path, mark)
     try:
-        deadline = time.monotonic() + 120
-        while len(marked(mark)) < 9 and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
         assert proc.poll() is None, "the benchmark ended before its processes were all up"
         assert len(marked(mark)) >= 9, f"only {len(marked(mark))} processes of the run started"
         proc.kill()  # the benchmark alone: not its group, and nothing of it can clean up
