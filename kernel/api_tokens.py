@@ -1,5 +1,6 @@
 """Issued keys (named API tokens, module credentials): shown once in clear, stored as a SHA-256
-digest, optionally expiring, revocable.
+digest, optionally expiring, revocable; their name and expiry editable, the row deletable. Every
+one of these writes is recorded in the audit trail (never the key: only its prefix).
 
 Keys start with ``KEY_PREFIX`` so the authentication class can tell them from DRF's older
 ``authtoken`` keys (40 hex characters) and leave those to DRF's own classes. A key carries 256
@@ -71,7 +72,7 @@ def key_issue(obj: IssuedKey, *, marker: str = KEY_PREFIX) -> str:
     except DjangoValidationError as exc:
         raise ValidationFailed.from_django(exc) from exc
     obj.save()
-    _audit(obj, "create", _key_facts(obj))
+    audit.record_object(obj, action="create", changes=_key_facts(obj))
     return key
 
 
@@ -94,36 +95,51 @@ def key_authenticate(queryset: QuerySet[K], key: str) -> K | None:
     return obj
 
 
+@transaction.atomic
+def key_save(obj: IssuedKey) -> None:
+    """Store an edit of an issued key (its name, its expiry); the key, its owner and its revocation
+    are not edited here. Validated, and recorded with what changed."""
+    before = audit.stored_values(obj)
+    try:
+        obj.full_clean()
+    except DjangoValidationError as exc:
+        raise ValidationFailed.from_django(exc) from exc
+    obj.save()
+    audit.record_change(obj, before=before)
+
+
+@transaction.atomic
+def key_delete(obj: IssuedKey) -> None:
+    """Delete an issued key's row (revoking keeps it, for the record; this does not): recorded with
+    what the row said of the key."""
+    audit.record_object(obj, action="delete", changes=_key_facts(obj, gone=True))
+    obj.delete()
+
+
 def key_revoke(obj: IssuedKey) -> bool:
     """Revoke ``obj`` for good (the row stays, for the record). False when it already was."""
     if obj.revoked_at is not None:
         return False
     obj.revoked_at = timezone.now()
     type(obj).objects.filter(pk=obj.pk).update(revoked_at=obj.revoked_at)
-    _audit(obj, "revoke", [{"field": "revoked_at", "before": None, "after": rfc3339(obj.revoked_at)}])
+    revoked = {"field": "revoked_at", "before": None, "after": rfc3339(obj.revoked_at)}
+    audit.record_object(obj, action="revoke", changes=[revoked])
     return True
 
 
-def _owner(obj: IssuedKey) -> str:
-    owner = getattr(obj, "user", None) or getattr(obj, "module", None)
-    return owner.get_username() if hasattr(owner, "get_username") else str(getattr(owner, "name", ""))
-
-
-def _key_facts(obj: IssuedKey) -> list[dict[str, object]]:
-    """What an audit entry says of a new key: never the key, only what the admin shows of it."""
+def _key_facts(obj: IssuedKey, *, gone: bool = False) -> list[dict[str, object]]:
+    """What an audit entry says of a key made (or, ``gone``, deleted): never the key, only what
+    the admin shows of it."""
     facts = {
-        "owner": _owner(obj),
+        "owner": audit.identity(obj)[1],
         "prefix": f"{obj.prefix}…",
         "expires_at": rfc3339(obj.expires_at) if obj.expires_at else None,
     }
-    return [{"field": field, "before": None, "after": value} for field, value in facts.items() if value]
-
-
-def _audit(obj: IssuedKey, action: str, changes: list[dict[str, object]]) -> None:
-    """A key created or revoked: recorded under its owner (the user, or the module) as namespace."""
-    audit.record(
-        action=action, kind=type(obj).__name__, namespace=_owner(obj), name=obj.name, changes=changes
-    )
+    return [
+        {"field": field, "before": value if gone else None, "after": None if gone else value}
+        for field, value in facts.items()
+        if value
+    ]
 
 
 def api_token_issue(token: ApiToken) -> str:
@@ -139,6 +155,16 @@ def api_token_create(
     """A new token for ``user``; returns it with its clear key (shown once, never stored)."""
     token = ApiToken(user=user, name=name, expires_at=expires_at)
     return token, api_token_issue(token)
+
+
+def api_token_save(*, token: ApiToken) -> None:
+    """Store an edit of ``token`` (name, expiry): see :func:`key_save`."""
+    key_save(token)
+
+
+def api_token_delete(*, token: ApiToken) -> None:
+    """Delete ``token``'s row: see :func:`key_delete`."""
+    key_delete(token)
 
 
 def api_token_authenticate(key: str) -> ApiToken | None:

@@ -15,9 +15,10 @@ commands wrap their work in :func:`acting` with :func:`command_actor`. The servi
 when the write committed. Work the control plane does by itself (reconciles, beat, workers) has
 no actor and is not recorded here: the reconcile records and the timeline tell it.
 
-Secrets never appear: sealed fields (kubeconfigs, keys) are recorded only as set or not set,
-fields a model declares opaque (``AUDIT_OPAQUE``: a SyncResource's manifests may hold Secret
-manifests) only by size and digest, and long values are cut.
+Secrets never appear: sealed fields (kubeconfigs, keys) and passwords (their hashes) are recorded
+only as set, changed or not set, fields a model declares opaque (``AUDIT_OPAQUE``: a
+SyncResource's manifests may hold Secret manifests) only by size and digest, and long values are
+cut.
 """
 
 from __future__ import annotations
@@ -34,13 +35,14 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from django.contrib.auth.models import Permission
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 
 from kernel.errors import ApplicationError
-from kernel.models import AuditEntry
+from kernel.models import AuditEntry, IssuedKey
 from kernel.sealing import Sealed, SealedField
 
 log = logging.getLogger(__name__)
@@ -51,6 +53,9 @@ UNAUDITED = frozenset(
 )
 VALUE_SHOWN = 1000  # characters of a value kept in a diff
 REDACTED_SET, REDACTED_UNSET = "<set, redacted>", "<not set>"
+REDACTED_CHANGED = "<changed, redacted>"
+# Fields holding a secret in clear or as a hash (a user's password): shown as set, changed or not set.
+SECRET_NAMES = frozenset({"password"})
 
 
 @dataclass(frozen=True)
@@ -165,7 +170,7 @@ def snapshot(model: type[models.Model], values: Mapping[str, Any]) -> dict[str, 
         if field.name in UNAUDITED or field.attname not in values:
             continue
         value = values[field.attname]
-        if isinstance(field, SealedField) or isinstance(value, Sealed):
+        if isinstance(field, SealedField) or isinstance(value, Sealed) or field.name in SECRET_NAMES:
             shown[field.name] = REDACTED_SET if value else REDACTED_UNSET
         elif field.name in hidden:
             shown[field.name] = opaque(value)
@@ -178,8 +183,56 @@ def instance_values(obj: models.Model) -> dict[str, Any]:
     return {field.attname: getattr(obj, field.attname) for field in obj._meta.concrete_fields}
 
 
+def stored_values(obj: models.Model) -> dict[str, Any] | None:
+    """The stored row of ``obj`` by attribute name (``None``: not stored yet): a write's ``before``."""
+    if obj.pk is None:
+        return None
+    fields = [field.attname for field in obj._meta.concrete_fields]
+    return type(obj)._base_manager.filter(pk=obj.pk).values(*fields).first()
+
+
+def _related_label(related: models.Model) -> str:
+    if isinstance(related, Permission):
+        return f"{related.content_type.app_label}.{related.codename}"
+    return str(related)
+
+
+def related_values(obj: models.Model) -> dict[str, list[str]]:
+    """What ``obj``'s many-to-many fields hold (a user's groups and permissions), sorted, for a diff."""
+    if obj.pk is None:
+        return {}
+    shown = {}
+    for field in obj._meta.many_to_many:
+        rows = getattr(obj, field.name).all()
+        if field.related_model is Permission:
+            rows = rows.select_related("content_type")
+        shown[field.name] = sorted(_related_label(row) for row in rows)
+    return shown
+
+
+def identity(obj: models.Model) -> tuple[str, str, str, str]:
+    """(kind, namespace, name, uid) an entry names ``obj`` by, and its *History* page finds it by.
+
+    Issued keys are named under their owner (the user, or the module) as namespace; users by
+    their username; certificates by their common name; rows without a name by their id."""
+    kind = type(obj).__name__
+    uid = str(getattr(obj, "uid", "") or "")
+    if hasattr(obj, "get_username"):
+        return kind, "", obj.get_username(), uid
+    name = str(getattr(obj, "name", "") or getattr(obj, "common_name", "") or "")
+    if not name and obj.pk is not None:
+        name = str(obj.pk)  # a row without a name (a job) by its id
+    namespace = str(getattr(obj, "namespace", "") or "")
+    if isinstance(obj, IssuedKey):
+        owner = getattr(obj, "user", None) or getattr(obj, "module", None)
+        named = owner.get_username() if hasattr(owner, "get_username") else getattr(owner, "name", "")
+        namespace = str(named or "")
+    return kind, namespace, name, uid
+
+
 def diff(before: Mapping[str, Any] | None, after: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """``[{field, before, after}]`` for every field whose shown value differs."""
+    """``[{field, before, after}]`` for every field whose shown value differs (a secret's shown
+    value does not change with it: :func:`secret_changes` tells those)."""
     before = before or {}
     nothing = (None, "", [], {}, REDACTED_UNSET)
     changes = []
@@ -187,6 +240,28 @@ def diff(before: Mapping[str, Any] | None, after: Mapping[str, Any]) -> list[dic
         old = before.get(name)
         if old != value and not (old in nothing and value in nothing):
             changes.append({"field": name, "before": old, "after": value})
+    return changes
+
+
+def secret_changes(
+    model: type[models.Model], before: Mapping[str, Any] | None, after: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """A changed password (hash) of a stored row, as ``set → changed``: never the value."""
+    if before is None:
+        return []
+    changes = []
+    for field in model._meta.concrete_fields:
+        if field.name not in SECRET_NAMES or field.attname not in after:
+            continue
+        old, new = before.get(field.attname), after[field.attname]
+        if old != new:
+            changes.append(
+                {
+                    "field": field.name,
+                    "before": REDACTED_SET if old else REDACTED_UNSET,
+                    "after": REDACTED_CHANGED if new else REDACTED_UNSET,
+                }
+            )
     return changes
 
 
@@ -237,39 +312,39 @@ def kyma_id_of(obj: models.Model) -> int | None:
 
 
 def record_change(
-    obj: models.Model, *, before: Mapping[str, Any] | None, action: str | None = None
+    obj: models.Model,
+    *,
+    before: Mapping[str, Any] | None,
+    action: str | None = None,
+    related_before: Mapping[str, Any] | None = None,
 ) -> AuditEntry | None:
     """Record a write of ``obj`` (``before``: the stored row by attribute name, ``None`` for a new
-    one) if anything shown changed and a door is acting."""
+    one) if anything shown changed and a door is acting. ``related_before``: what its
+    many-to-many fields held (:func:`related_values`), when the write changed those too."""
     if current_actor() is None:
         return None
     model = type(obj)
-    changes = diff(
-        snapshot(model, before) if before is not None else None, snapshot(model, instance_values(obj))
-    )
+    after = instance_values(obj)
+    changes = diff(snapshot(model, before) if before is not None else None, snapshot(model, after))
+    changes += secret_changes(model, before, after)
+    if related_before is not None:
+        changes += diff(related_before, related_values(obj))
     if before is not None and not changes:
         return None
-    return record(
-        action=action or ("create" if before is None else "update"),
-        kind=model.__name__,
-        name=getattr(obj, "name", ""),
-        namespace=getattr(obj, "namespace", ""),
-        uid=str(getattr(obj, "uid", "") or ""),
-        kyma_id=kyma_id_of(obj),
-        changes=changes,
-    )
+    return record_object(obj, action=action or ("create" if before is None else "update"), changes=changes)
 
 
 def record_object(
     obj: models.Model, *, action: str, changes: Iterable[dict[str, Any]] = ()
 ) -> AuditEntry | None:
     """Record an action on ``obj`` that is not a field diff (delete, revoke, reconcile, ...)."""
+    kind, namespace, name, uid = identity(obj)
     return record(
         action=action,
-        kind=type(obj).__name__,
-        name=getattr(obj, "name", ""),
-        namespace=getattr(obj, "namespace", ""),
-        uid=str(getattr(obj, "uid", "") or ""),
+        kind=kind,
+        name=name,
+        namespace=namespace,
+        uid=uid,
         kyma_id=kyma_id_of(obj),
         changes=changes,
     )

@@ -16,6 +16,7 @@ from fleet.models import Module, ModuleConfig, ModuleCredential, SyncResource
 from fleet.services import credentials as credential_services
 from fleet.services import modules as module_services
 from kernel.admin import (
+    AuditHistoryMixin,
     RefusalsShownMixin,
     ResourceAdmin,
     ResourceVersionForm,
@@ -89,9 +90,10 @@ class ModuleAdmin(ResourceAdmin):
 
 
 @admin.register(ModuleCredential)
-class ModuleCredentialAdmin(RefusalsShownMixin, admin.ModelAdmin):
+class ModuleCredentialAdmin(RefusalsShownMixin, AuditHistoryMixin, admin.ModelAdmin):
     """A module manager's credentials: the key is shown once, on the page after adding; revoking
-    keeps the row (and says when), so the record of who could act for the module stays."""
+    keeps the row (and says when), so the record of who could act for the module stays. Every
+    write (add, edit of name or expiry, revoke, delete) is a service's, in the audit trail."""
 
     list_display = (
         "name",
@@ -132,7 +134,7 @@ class ModuleCredentialAdmin(RefusalsShownMixin, admin.ModelAdmin):
         self, request: HttpRequest, obj: ModuleCredential, form: forms.ModelForm, change: bool
     ) -> None:
         if change:
-            super().save_model(request, obj, form, change)
+            credential_services.module_credential_save(credential=obj)
             return
         obj.created_by = request.user
         key = credential_services.module_credential_issue(obj)  # the form checked the same rules
@@ -146,6 +148,13 @@ class ModuleCredentialAdmin(RefusalsShownMixin, admin.ModelAdmin):
                 key,
             ),
         )
+
+    def delete_model(self, request: HttpRequest, obj: ModuleCredential) -> None:
+        credential_services.module_credential_delete(credential=obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
+        for credential in queryset:
+            credential_services.module_credential_delete(credential=credential)
 
     @admin.action(description="Revoke selected credentials", permissions=["change"])
     def revoke(self, request: HttpRequest, queryset: Any) -> None:
@@ -215,7 +224,7 @@ class ModuleConfigAdmin(ResourceAdmin):
         return False
 
     def delete_service(self, obj: ModuleConfig) -> bool:
-        obj.delete()
+        module_services.moduleconfig_delete(config=obj)
         return True
 
 

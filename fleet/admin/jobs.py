@@ -14,7 +14,7 @@ from django.utils.html import format_html, format_html_join
 
 from fleet.jobs.selectors import kyma_names, reconcile_outcome
 from fleet.models import Job, JobStatus
-from kernel.admin import ReadOnlyAdmin, age, state_badge, when
+from kernel.admin import AuditedWritesMixin, ReadOnlyAdmin, age, state_badge, when
 
 STATUS_STATES = {
     JobStatus.PENDING: "",
@@ -61,7 +61,7 @@ def progress_bar(job: Job, *, large: bool = False) -> str:
 
 
 @admin.register(Job)
-class JobAdmin(ReadOnlyAdmin):
+class JobAdmin(AuditedWritesMixin, ReadOnlyAdmin):
     change_form_template = "admin/controlplane/job/change_form.html"
     list_display = ("__str__", "kind", "status_column", "progress_column", "created_by", "created", "outcome")
     list_filter = ("status", "kind")

@@ -26,7 +26,7 @@ from fleet.models.rollout import ACTIVE_STATES, RELEASED_STATES
 from fleet.rollouts import selectors
 from fleet.rollouts import services as rollout_services
 from fleet.rollouts.kinds import subject_for
-from kernel.admin import ReadOnlyAdmin, age, state_badge
+from kernel.admin import AuditedWritesMixin, ReadOnlyAdmin, age, state_badge
 from kernel.errors import ApplicationError
 from kernel.filtersets import FilterSetAdmin, admin_filter
 
@@ -194,8 +194,9 @@ class RolloutAdmin(FilterSetAdmin):
 
 
 @admin.register(MaintenancePolicy)
-class MaintenancePolicyAdmin(admin.ModelAdmin):
-    """The fleet's maintenance-window policy (upstream's JSON shape); one row."""
+class MaintenancePolicyAdmin(AuditedWritesMixin, admin.ModelAdmin):
+    """The fleet's maintenance-window policy (upstream's JSON shape); one row. Saved and deleted
+    by the admin alone (no service: nothing else writes it), each write in the audit trail."""
 
     list_display = ("__str__", "updated_at")
     readonly_fields = ("in_force",)

@@ -1,4 +1,4 @@
-"""Module managers' credentials: issue (key shown once), revoke, authenticate."""
+"""Module managers' credentials: issue (key shown once), edit, revoke, delete, authenticate."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import datetime as dt
 from django.contrib.auth.base_user import AbstractBaseUser
 
 from fleet.models import MODULE_KEY_MARKER, Module, ModuleCredential
-from kernel.api_tokens import key_authenticate, key_issue, key_revoke
+from kernel.api_tokens import key_authenticate, key_delete, key_issue, key_revoke, key_save
 
 
 def module_credential_create(
@@ -26,6 +26,16 @@ def module_credential_issue(credential: ModuleCredential) -> str:
     """Give the unsaved ``credential`` (module, name, expiry set, e.g. by the admin's form) its
     key, validate and save it; returns the clear key (the only time anyone sees it)."""
     return key_issue(credential, marker=MODULE_KEY_MARKER)
+
+
+def module_credential_save(*, credential: ModuleCredential) -> None:
+    """Store an edit of ``credential`` (name, expiry), validated and recorded in the audit trail."""
+    key_save(credential)
+
+
+def module_credential_delete(*, credential: ModuleCredential) -> None:
+    """Delete ``credential``'s row (revoking keeps it; prefer that), recorded in the audit trail."""
+    key_delete(credential)
 
 
 def module_credential_revoke(*, credential: ModuleCredential) -> bool:

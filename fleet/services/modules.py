@@ -104,6 +104,14 @@ def moduleconfig_upsert(
     return config, True
 
 
+def moduleconfig_delete(*, config: ModuleConfig) -> None:
+    """Remove a Kyma's ModuleConfig by hand (the admin's delete): the next reconcile of its Kyma
+    writes it again from the runtime's module CR if that is still there. Recorded in the trail."""
+    with transaction.atomic():
+        audit.record_object(config, action="delete")
+        config.delete()
+
+
 def moduleconfig_set_status(*, config: ModuleConfig, status: dict) -> bool:
     """The module manager reports on its module; the Kyma is reconciled to reflect it when what
     the Kyma shows of it (state, message) changed: a report that only moves ``observedRevision``

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cryptography.fernet import Fernet
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
@@ -255,6 +256,25 @@ class TestCommands:
 
         entry = AuditEntry.objects.get(kind="ApiToken")
         assert (entry.via, entry.action, entry.namespace, entry.name) == ("command", "create", "root", "ci")
+
+    def test_given_reencrypt_then_one_entry_per_model_with_its_row_count_and_no_secret(self, settings):
+        kyma = KymaFactory(name="c-1")
+        kyma.kubeconfig = KUBECONFIG
+        kyma.save()
+        new_key = Fernet.generate_key().decode()
+        settings.ENCRYPTION_KEYS = [new_key, *settings.ENCRYPTION_KEYS]
+
+        call_command("reencrypt", stdout=io.StringIO())
+
+        entry = AuditEntry.objects.get()
+        assert (entry.action, entry.kind, entry.via, entry.request) == (
+            "reencrypt",
+            "Kyma",
+            "command",
+            "manage.py reencrypt",
+        )
+        assert entry.changes == [{"field": "rows", "before": None, "after": 1}]
+        assert SECRET_TOKEN not in everything_recorded()
 
 
 class TestShown:

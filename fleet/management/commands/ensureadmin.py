@@ -9,6 +9,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
+from kernel import audit
 from kernel.adminpassword import admin_password_write, box
 
 
@@ -33,9 +34,10 @@ class Command(BaseCommand):
         #: Default: random (printed in a box)
         password = os.environ.get("DJANGO_SUPERUSER_PASSWORD") or secrets.token_urlsafe(12)
         #: E-mail address of that administrator.
-        users.objects.create_superuser(
-            username=username, email=os.environ.get("DJANGO_SUPERUSER_EMAIL", ""), password=password
-        )
+        email = os.environ.get("DJANGO_SUPERUSER_EMAIL", "")
+        with audit.acting(audit.command_actor("manage.py ensureadmin")):
+            user = users.objects.create_superuser(username=username, email=email, password=password)
+            audit.record_change(user, before=None)  # the password only as set
         if os.environ.get("DJANGO_SUPERUSER_PASSWORD"):
             self.stdout.write(
                 self.style.SUCCESS(

@@ -1,4 +1,7 @@
-"""``manage.py reencrypt``: re-encrypt every stored secret under the current primary key."""
+"""``manage.py reencrypt``: re-encrypt every stored secret under the current primary key.
+
+Recorded in the audit trail as the operating-system user's: one entry per model whose rows were
+re-encrypted (how many; never a value), or the refusal with the row no key opens."""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from kernel import audit
 from kernel.sealing import SealedSecretError, secrets_reencrypt
 
 
@@ -16,11 +20,16 @@ class Command(BaseCommand):
     )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        actor = audit.command_actor("manage.py reencrypt")
         try:
             done = secrets_reencrypt()
         except SealedSecretError as exc:
+            audit.record_refusal(exc, action="reencrypt", actor=actor)
             raise CommandError(str(exc)) from exc
         for label, count in done.items():
+            if count:
+                rows = [{"field": "rows", "before": None, "after": count}]
+                audit.record(action="reencrypt", kind=label.rpartition(".")[2], changes=rows, actor=actor)
             self.stdout.write(f"{label}: {count} row(s) re-encrypted")
         self.stdout.write(
             self.style.SUCCESS(f"{sum(done.values())} row(s) now encrypted with the primary key.")

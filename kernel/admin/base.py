@@ -1,4 +1,5 @@
-"""Pieces every model admin uses: state badges, ages, write-only secrets, two-step deletes."""
+"""Pieces every model admin uses: state badges, ages, write-only secrets, two-step deletes, the
+audit trail as an object's *History*, and audited writes for models without a service of their own."""
 
 from __future__ import annotations
 
@@ -15,15 +16,13 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
-from django.utils.html import format_html, format_html_join
-from rest_framework.authtoken import admin as authtoken_admin
+from django.utils.html import format_html
 
 from kernel import audit, timefmt
-from kernel.api_tokens import api_token_issue, key_revoke
 from kernel.errors import ApplicationError, ValidationFailed
 from kernel.fields import BoundedJSONField
 from kernel.filtersets import FilterSetAdmin
-from kernel.models import ApiToken, AuditEntry
+from kernel.models import AuditEntry
 
 STATE_COLOURS = {
     "Ready": "#1a7f37",
@@ -188,13 +187,10 @@ class AuditHistoryMixin:
     AUDIT_SHOWN = 200
 
     def audit_entries(self, obj: Any) -> QuerySet:
-        uid = str(getattr(obj, "uid", "") or "")
-        kind = type(obj).__name__
+        kind, namespace, name, uid = audit.identity(obj)
         if uid:
             return AuditEntry.objects.filter(uid=uid)
-        owner = getattr(obj, "user", None) or getattr(obj, "module", None)
-        owner_name = owner.get_username() if hasattr(owner, "get_username") else getattr(owner, "name", "")
-        return AuditEntry.objects.filter(kind=kind, namespace=owner_name, name=obj.name)
+        return AuditEntry.objects.filter(kind=kind, namespace=namespace, name=name)
 
     def history_view(self, request: HttpRequest, object_id: str, extra_context: dict | None = None) -> Any:
         obj = self.get_object(request, unquote(object_id))  # type: ignore[attr-defined]
@@ -214,6 +210,36 @@ class AuditHistoryMixin:
         }
         request.current_app = self.admin_site.name  # type: ignore[attr-defined]
         return TemplateResponse(request, self.audit_history_template, context)
+
+
+class AuditedWritesMixin(AuditHistoryMixin):
+    """The admin's own saves and deletes, recorded in the audit trail like every service's write,
+    for models no service of ours writes (users, groups, the maintenance policy, finished jobs):
+    what changed, many-to-many fields (groups, permissions) included, secrets never.
+
+    Django saves the row (``save_model``), then its many-to-many fields (``save_related``), in
+    one transaction: the row as stored before is taken in the first, the entry written after
+    the second, so one entry says all the form changed."""
+
+    def save_model(self, request: HttpRequest, obj: Any, form: forms.ModelForm, change: bool) -> None:
+        request._audit_before = (  # type: ignore[attr-defined]
+            (audit.stored_values(obj), audit.related_values(obj)) if change else (None, {})
+        )
+        super().save_model(request, obj, form, change)  # type: ignore[misc]
+
+    def save_related(self, request: HttpRequest, form: forms.ModelForm, formsets: Any, change: bool) -> None:
+        super().save_related(request, form, formsets, change)  # type: ignore[misc]
+        before, related_before = getattr(request, "_audit_before", (None, {}))
+        audit.record_change(form.instance, before=before, related_before=related_before)
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        audit.record_object(obj, action="delete")
+        super().delete_model(request, obj)  # type: ignore[misc]
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
+        for obj in queryset:
+            audit.record_object(obj, action="delete")
+        super().delete_queryset(request, queryset)  # type: ignore[misc]
 
 
 class ResourceAdmin(RefusalsShownMixin, AuditHistoryMixin, FilterSetAdmin):
@@ -309,115 +335,3 @@ class RecordAdmin(ReadOnlyAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
-
-
-# DRF's token admin lists keys in clear; named API tokens (below) replace it. Its tokens keep
-# working, and can still be revoked by deleting the user or from the shell.
-if admin.site.is_registered(authtoken_admin.TokenProxy):
-    admin.site.unregister(authtoken_admin.TokenProxy)
-
-
-@admin.register(AuditEntry)
-class AuditEntryAdmin(RecordAdmin):
-    """The audit trail: every write and refused write, by whom, through which door, from where."""
-
-    list_display = (
-        "at_column",
-        "actor",
-        "credential",
-        "via",
-        "source",
-        "action",
-        "object_column",
-        "outcome_column",
-    )
-    list_filter = ("via", "action", "outcome", "kind")
-    search_fields = ("actor", "credential", "name", "namespace", "uid", "source")
-    readonly_fields = (
-        "at",
-        "actor",
-        "credential",
-        "via",
-        "source",
-        "forwarded_for",
-        "request",
-        "action",
-        "outcome",
-        "reason",
-        "kind",
-        "namespace",
-        "name",
-        "uid",
-        "kyma_id",
-        "change_lines_column",
-    )
-    exclude = ("changes",)
-    date_hierarchy = None
-
-    @admin.display(description="When", ordering="at")
-    def at_column(self, entry: AuditEntry) -> str:
-        return age(entry.at)
-
-    @admin.display(description="Object")
-    def object_column(self, entry: AuditEntry) -> str:
-        return f"{entry.kind} {entry.object_key}".strip()
-
-    @admin.display(description="Outcome", ordering="outcome")
-    def outcome_column(self, entry: AuditEntry) -> str:
-        refused = entry.outcome == AuditEntry.Outcome.REFUSED
-        return state_badge("Error" if refused else "Ready", entry.get_outcome_display())
-
-    @admin.display(description="Changes")
-    def change_lines_column(self, entry: AuditEntry) -> str:
-        return format_html_join("", "<div>{}</div>", ((line,) for line in entry.change_lines())) or "—"
-
-
-@admin.register(ApiToken)
-class ApiTokenAdmin(RefusalsShownMixin, AuditHistoryMixin, admin.ModelAdmin):
-    """Tokens by name, owner and prefix; the key is shown once, on the page after adding."""
-
-    list_display = ("name", "user", "key_prefix", "key_state", "created_at", "expires_at", "last_used_at")
-    list_filter = ("user",)
-    search_fields = ("name", "prefix", "user__username")
-    readonly_fields = ("key_prefix", "key_state", "created_at", "last_used_at", "revoked_at")
-    actions = ("revoke",)
-    show_full_result_count = False
-
-    @admin.action(description="Revoke selected tokens", permissions=["change"])
-    def revoke(self, request: HttpRequest, queryset: QuerySet) -> None:
-        done = sum(key_revoke(token) for token in queryset)
-        messages.success(request, f"Revoked {done} token(s); their keys answer 401 from now on.")
-
-    @admin.display(description="key", ordering="prefix")
-    def key_prefix(self, obj: ApiToken) -> str:
-        return f"{obj.prefix}…" if obj.prefix else "—"
-
-    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        if obj is None:
-            return ["user", "name", "expires_at"]
-        return [
-            "user",
-            "name",
-            "key_prefix",
-            "key_state",
-            "created_at",
-            "expires_at",
-            "last_used_at",
-            "revoked_at",
-        ]
-
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
-        # A token keeps its owner: moving it would hand someone else a key they never saw made.
-        return (*self.readonly_fields, "user") if obj is not None else self.readonly_fields
-
-    def save_model(self, request: HttpRequest, obj: ApiToken, form: forms.ModelForm, change: bool) -> None:
-        if change:
-            super().save_model(request, obj, form, change)
-            return
-        key = api_token_issue(obj)  # the form checked the same rules (name unique per user)
-        messages.success(
-            request,
-            format_html(
-                "The key of token “{}”: <code>{}</code> — copy it now; it is not shown again.", obj.name, key
-            ),
-        )
