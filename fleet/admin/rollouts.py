@@ -26,7 +26,8 @@ from fleet.models.rollout import ACTIVE_STATES, RELEASED_STATES
 from fleet.rollouts import selectors
 from fleet.rollouts import services as rollout_services
 from fleet.rollouts.kinds import subject_for
-from kernel.admin import AuditedWritesMixin, ReadOnlyAdmin, age, state_badge
+from kernel import audit
+from kernel.admin import AuditedWritesMixin, AuditHistoryMixin, ReadOnlyAdmin, age, state_badge
 from kernel.errors import ApplicationError
 from kernel.filtersets import FilterSetAdmin, admin_filter
 
@@ -79,7 +80,7 @@ def progress(changed: int, total: int) -> str:
 
 
 @admin.register(Rollout)
-class RolloutAdmin(FilterSetAdmin):
+class RolloutAdmin(AuditHistoryMixin, FilterSetAdmin):
     list_display = (
         "name",
         "kind",
@@ -185,6 +186,7 @@ class RolloutAdmin(FilterSetAdmin):
         try:
             rollout = ACTIONS[verb][0](rollout=rollout, user=request.user)
         except ApplicationError as exc:
+            audit.record_refusal(exc, action=verb, kind="Rollout", name=rollout.name, uid=str(rollout.uid))
             messages.error(request, exc.message)
         else:
             said = rollout.message or rollout.state

@@ -12,12 +12,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from fleet.filtersets import RolloutFilterSet
-from fleet.models import Rollout, RolloutState
+from fleet.models import Rollout
 from fleet.resources.rollouts import RolloutKindDocument
 from fleet.rollouts import services as rollout_services
 from kernel.api.resources import ERROR_SCHEMA, ResourceViewSet, document_schema
 from kernel.documents import registry
-from kernel.errors import Conflict
 
 KIND = registry.for_document(
     {"apiVersion": RolloutKindDocument.api_version, "kind": RolloutKindDocument.kind}
@@ -34,7 +33,6 @@ ACTIONS: dict[str, tuple[Callable[..., Rollout], str]] = {
     ),
     "rollback": (rollout_services.rollout_rollback, "Every runtime it changed gets its old target again."),
 }
-FINISHED = (RolloutState.COMPLETED, RolloutState.SUPERSEDED)
 
 
 def _documented(name: str) -> Callable:
@@ -84,12 +82,7 @@ class RolloutViewSet(ResourceViewSet):
 
     def delete_object(self, obj: Rollout) -> bool:
         """Only the record of a rollout that holds nothing any more can go."""
-        if obj.state not in FINISHED:
-            raise Conflict(
-                f"rollout {obj.name} is {obj.state}: it still decides what some runtimes get; "
-                "abort or roll it back and apply a newer change, or let it complete"
-            )
-        obj.delete()
+        rollout_services.rollout_delete(rollout=obj)
         return True
 
     def destroy(self, request: Request, id: str) -> Response:

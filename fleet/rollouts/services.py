@@ -1,6 +1,8 @@
 """Writes of rollouts: start one (superseding an older one of the same subject), pause, resume,
-abort, roll back. Every interface (the subject's own service, the admin, the API, ``manage.py
-rollout``, documents) calls these; the waves themselves move in :mod:`.engine`.
+abort, roll back, delete the record of a finished one. Every interface (the subject's own
+service, the admin, the API, ``manage.py rollout``, documents) calls these, and each operator's
+action is recorded here in the audit trail as the acting door's (who, the state it moved the
+rollout from and to); the waves themselves move in :mod:`.engine`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from django.utils import timezone
 from fleet import queue
 from fleet.models import Rollout, RolloutEvent, RolloutState, RolloutTarget, TargetState
 from fleet.models.rollout import HOLDING_STATES, RELEASED_STATES, plan_waves, wave_name
+from kernel import audit
 from kernel.errors import Conflict
 from kernel.services import resource_save
 
@@ -175,6 +178,18 @@ def _refuse(rollout: Rollout, action: str, allowed: frozenset[str] | set[str]) -
         raise Conflict(f"rollout {rollout.name} is {rollout.state}: it cannot be {action}")
 
 
+def _audit(rollout: Rollout, action: str, was: str) -> None:
+    """An operator's action, in the audit trail: the state it moved the rollout from and to."""
+    audit.record_object(
+        rollout,
+        action=action,
+        changes=[
+            {"field": "state", "before": was, "after": rollout.state},
+            {"field": "message", "before": None, "after": rollout.message},
+        ],
+    )
+
+
 @transaction.atomic
 def rollout_pause(*, rollout: Rollout, user: Any = None) -> Rollout:
     """Stop a Progressing rollout until it is resumed. Beat advances only Progressing rollouts
@@ -186,10 +201,12 @@ def rollout_pause(*, rollout: Rollout, user: Any = None) -> Rollout:
     if rollout.state == RolloutState.PAUSED:
         return rollout
     _refuse(rollout, "paused", {RolloutState.PROGRESSING})
+    was = rollout.state
     rollout.state, rollout.paused = RolloutState.PAUSED, True
     rollout.message = f"paused{_by(user)}"
     rollout.save(update_fields=["state", "paused", "message", "updated_at"])
     event(rollout, "paused", rollout.message, rollout.current_wave)
+    _audit(rollout, "pause", was)
     return rollout
 
 
@@ -201,7 +218,8 @@ def rollout_resume(*, rollout: Rollout, user: Any = None) -> Rollout:
     if rollout.state == RolloutState.PROGRESSING:
         return rollout
     _refuse(rollout, "resumed", {RolloutState.PAUSED, RolloutState.HALTED})
-    halted = rollout.state == RolloutState.HALTED
+    was = rollout.state
+    halted = was == RolloutState.HALTED
     rollout.state, rollout.paused = RolloutState.PROGRESSING, False
     text = f"resumed{_by(user)}"
     if halted:
@@ -211,6 +229,7 @@ def rollout_resume(*, rollout: Rollout, user: Any = None) -> Rollout:
     rollout.message = text
     rollout.save(update_fields=["state", "paused", "halted_reason", "message", "gate_accepted", "updated_at"])
     event(rollout, "resumed", text, rollout.current_wave)
+    _audit(rollout, "resume", was)
     engine.advance(rollout)
     return rollout
 
@@ -220,6 +239,7 @@ def rollout_abort(*, rollout: Rollout, user: Any = None) -> Rollout:
     """Stop where it is: runtimes it changed keep the new target, the others keep the old."""
     rollout = _locked(rollout)
     _refuse(rollout, "aborted", {RolloutState.PROGRESSING, RolloutState.PAUSED, RolloutState.HALTED})
+    was = rollout.state
     changed = rollout.targets.filter(state__in=RELEASED_STATES).count()
     rollout.state, rollout.finished_at = RolloutState.ABORTED, timezone.now()
     rollout.message = (
@@ -228,6 +248,7 @@ def rollout_abort(*, rollout: Rollout, user: Any = None) -> Rollout:
     )
     rollout.save(update_fields=["state", "finished_at", "message", "updated_at"])
     event(rollout, "aborted", rollout.message, rollout.current_wave)
+    _audit(rollout, "abort", was)
     return rollout
 
 
@@ -240,6 +261,7 @@ def rollout_rollback(*, rollout: Rollout, user: Any = None) -> Rollout:
         "rolled back",
         {RolloutState.PROGRESSING, RolloutState.PAUSED, RolloutState.HALTED, RolloutState.ABORTED},
     )
+    was = rollout.state
     changed = list(rollout.targets.filter(state__in=RELEASED_STATES).select_related("kyma"))
     subject_for(rollout.kind).roll_back(rollout, changed)
     RolloutTarget.objects.filter(pk__in=[t.pk for t in changed]).update(
@@ -252,8 +274,26 @@ def rollout_rollback(*, rollout: Rollout, user: Any = None) -> Rollout:
     )
     rollout.save(update_fields=["state", "finished_at", "message", "updated_at"])
     event(rollout, "rolled-back", rollout.message, rollout.current_wave)
+    _audit(rollout, "rollback", was)
     queue.request([t.kyma_id for t in changed], reason=f"rollout {rollout.name} rolled back", urgent=True)
     return rollout
+
+
+# A rollout's record may go once it decides nothing any more.
+FINISHED_STATES = frozenset({RolloutState.COMPLETED, RolloutState.SUPERSEDED})
+
+
+@transaction.atomic
+def rollout_delete(*, rollout: Rollout) -> None:
+    """Delete the record of a rollout that holds nothing any more (completed or superseded)."""
+    rollout = _locked(rollout)
+    if rollout.state not in FINISHED_STATES:
+        raise Conflict(
+            f"rollout {rollout.name} is {rollout.state}: it still decides what some runtimes get; "
+            "abort or roll it back and apply a newer change, or let it complete"
+        )
+    audit.record_object(rollout, action="delete")
+    rollout.delete()
 
 
 def _by(user: Any) -> str:

@@ -70,6 +70,8 @@ def _record_refused_write(exc: Exception, context: dict, action: str, response: 
         namespace, name = target.split("/", 1)
     if isinstance(view, APIView) and view.__class__.__name__ == "ApplyView":
         action = "apply"
+    elif getattr(view, "action", None) not in (None, "create", "update", "partial_update", "destroy"):
+        action = str(view.action)[:32]  # an operator's action on an object (pause, revoke, ...)
     reason = response.data.get("detail", "") if isinstance(response.data, dict) else str(exc)
     try:
         audit.record_refusal(

@@ -3,7 +3,8 @@
 ``status`` without a name lists the rollouts under way (and the last few finished); with one, it
 shows where that rollout stands: its change, each wave's progress, the current wave's gate and
 runtimes (failing and waiting first), why it halted and its timeline. The actions are the same
-services as the admin's buttons and the API's (a refused action is one line and exit code 1).
+services as the admin's buttons and the API's (a refused action is one line and exit code 1),
+recorded in the audit trail as the operating-system user's, a refused one with its reason.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from fleet.models import Rollout
 from fleet.rollouts import selectors
 from fleet.rollouts import services as rollout_services
+from kernel import audit
 from kernel.errors import ApplicationError
 from kernel.timefmt import display
 
@@ -116,9 +118,14 @@ class Command(BaseCommand):
         if action == "status":
             self.stdout.write("\n".join(status_lines(rollout)))
             return
+        actor = audit.command_actor(f"manage.py rollout {action} {name}")
         try:
-            rollout = ACTIONS[action](rollout=rollout)
+            with audit.acting(actor):
+                rollout = ACTIONS[action](rollout=rollout)
         except ApplicationError as exc:
+            audit.record_refusal(
+                exc, action=action, kind="Rollout", name=rollout.name, uid=str(rollout.uid), actor=actor
+            )
             raise CommandError(exc.message) from exc
         self.stdout.write(f"rollout {rollout.name}: {rollout.state} - {rollout.message}")
 
