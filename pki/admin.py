@@ -13,7 +13,8 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from fleet import queue
-from kernel.admin import state_badge
+from kernel import audit
+from kernel.admin import AuditHistoryMixin, state_badge
 from kernel.errors import ApplicationError
 
 from . import selectors, services
@@ -49,7 +50,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 
 @admin.register(CertificateAuthority)
-class CertificateAuthorityAdmin(ReadOnlyAdmin):
+class CertificateAuthorityAdmin(AuditHistoryMixin, ReadOnlyAdmin):
     list_display = (
         "common_name",
         "short_fingerprint",
@@ -90,6 +91,12 @@ class CertificateAuthorityAdmin(ReadOnlyAdmin):
         """Confirmation page, then the rotation (the same ``ca_rotate`` as ``manage.py pki
         rotate-ca``) and a job that re-issues every runtime certificate, on a progress page."""
         if not request.user.has_perm("pki.add_certificateauthority") and not request.user.is_superuser:
+            if request.method == "POST":
+                audit.record_refusal(
+                    ApplicationError("you may not rotate the CA"),
+                    action="rotate",
+                    kind="CertificateAuthority",
+                )
             messages.error(request, "You may not rotate the CA.")
             return HttpResponseRedirect(reverse("admin:pki_certificateauthority_changelist"))
         if request.method == "POST":
@@ -97,6 +104,7 @@ class CertificateAuthorityAdmin(ReadOnlyAdmin):
             try:
                 job = ca_rotation_start(user=request.user)
             except ApplicationError as exc:
+                audit.record_refusal(exc, action="rotate", kind="CertificateAuthority")
                 messages.error(request, exc.message)
                 return HttpResponseRedirect(reverse("admin:pki_certificateauthority_changelist"))
             messages.success(
@@ -154,7 +162,7 @@ class CertificateAttentionFilter(admin.SimpleListFilter):
 
 
 @admin.register(Certificate)
-class CertificateAdmin(ReadOnlyAdmin):
+class CertificateAdmin(AuditHistoryMixin, ReadOnlyAdmin):
     list_display = ("common_name", "purpose", "kyma", "sans", "serial_short", "not_after", "status_badge")
     list_filter = (CertificateAttentionFilter, StatusFilter, "purpose", "issuer")
     list_select_related = ("kyma",)
@@ -197,6 +205,9 @@ class CertificateAdmin(ReadOnlyAdmin):
                     services.listener_certificate_renew()
                     renewed_listener = True
             except ApplicationError as exc:
+                audit.record_refusal(
+                    exc, action="renew", kind="Certificate", name=cert.common_name, uid=str(cert.uid)
+                )
                 messages.error(request, f"{cert}: {exc.message}")
         if kymas:
             queue.request(kymas, reason="certificate renewed by an operator")

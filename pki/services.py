@@ -14,6 +14,11 @@ Rotation without downtime, in order:
    trust; the listener accepts client certificates from every CA in the bundle meanwhile.
 3. From ``serving_from`` the listener presents a certificate from the new CA.
 4. A CA leaves the bundle when it expires.
+
+A CA made, imported or rotated to, and a certificate issued or renewed, through a door (the
+admin's *Renew now* and *Rotate*, ``manage.py pki``) is in the audit trail: its fingerprint,
+serial and validity, and the one it replaces; never a private key. The control plane's own
+issuing (reconciles, beat) has no actor and is told by the timeline instead.
 """
 
 from __future__ import annotations
@@ -28,8 +33,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from fleet.models import Kyma, RevisionCounter
+from kernel import audit
 from kernel.errors import ApplicationError
 from kernel.sealing import Sealed
+from kernel.timefmt import rfc3339
 
 from . import crypto
 from .models import Certificate, CertificateAuthority, CertificatePurpose
@@ -156,6 +163,24 @@ def _store_ca(
     )
 
 
+def _audit(
+    material: CertificateAuthority | Certificate, action: str, replaced: object = None, **facts: object
+) -> None:
+    """Record ``material`` made through a door: what identifies it, never its key. ``replaced``:
+    the fingerprint of the one it takes the place of."""
+    shown = {
+        "fingerprint": (replaced, material.fingerprint),
+        "serial": (None, material.serial),
+        "not_after": (None, rfc3339(material.not_after)),
+        **{field: (None, value) for field, value in facts.items()},
+    }
+    audit.record_object(
+        material,
+        action=action,
+        changes=[{"field": field, "before": old, "after": new} for field, (old, new) in shown.items()],
+    )
+
+
 def _new_ca(now: dt.datetime) -> crypto.KeyPair:
     rules = policy()
     return crypto.create_ca(
@@ -208,11 +233,16 @@ def ca_bootstrap(
                 fingerprint=crypto.fingerprint_sha256(pair.certificate)
             ), False
         if current is not None:
-            return _rotate_to(pair, now=now, imported=True), True
-        return _store_ca(pair, joined=now, serving_from=now, imported=True), True
+            ca = _rotate_to(pair, now=now, imported=True)
+            _audit(ca, "import", current.fingerprint, serving_from=rfc3339(ca.serving_from))
+            return ca, True
+        ca = _store_ca(pair, joined=now, serving_from=now, imported=True)
+        _audit(ca, "import")
+        return ca, True
     # The first CA (or one after every CA expired): nothing older to be gentle with.
     ca = _store_ca(_new_ca(now), joined=now, serving_from=now, imported=False)
     log.info("created CA %s (%s), valid until %s", ca.common_name, ca.fingerprint, ca.not_after)
+    _audit(ca, "create")
     return ca, True
 
 
@@ -236,9 +266,12 @@ def ca_rotate(*, now: dt.datetime | None = None) -> CertificateAuthority:
     """Start a CA rotation (see the module docstring)."""
     now = _now(now)
     _mutex()
-    if issuing_authority(now) is None:
+    current = issuing_authority(now)
+    if current is None:
         return ca_bootstrap(now=now)[0]
-    return _rotate_to(_new_ca(now), now=now, imported=False)
+    ca = _rotate_to(_new_ca(now), now=now, imported=False)
+    _audit(ca, "rotate", current.fingerprint, serving_from=rfc3339(ca.serving_from))
+    return ca
 
 
 def ca_rotation_due(now: dt.datetime | None = None) -> bool:
@@ -323,14 +356,18 @@ def certificate_issue_for_kyma(*, kyma: Kyma, now: dt.datetime | None = None) ->
     list(
         Kyma.objects.select_for_update().filter(pk=kyma.pk).values_list("pk")
     )  # one issuer per Kyma at a time
-    Certificate.objects.filter(
+    current = Certificate.objects.filter(
         kyma=kyma, purpose=CertificatePurpose.RUNTIME, superseded_at__isnull=True
-    ).update(superseded_at=now)
+    )
+    # Only a door's issue is recorded: the reconciles' own cost no query for it.
+    replaced = current.values_list("fingerprint", flat=True).first() if audit.current_actor() else None
+    current.update(superseded_at=now)
     pair = _issue(
         ca=ca, common_name=kyma.runtime_id, names=expected_dns_names(kyma), now=now, server=True, client=True
     )
     cert = _certificate_row(pair, purpose=CertificatePurpose.RUNTIME, kyma=kyma, issuer=ca)
     cert.save()
+    _audit(cert, "renew" if replaced else "issue", replaced)
     return cert
 
 
@@ -440,6 +477,8 @@ def listener_certificate(*, now: dt.datetime | None = None, force: bool = False)
         )
         cert = _certificate_row(pair, purpose=CertificatePurpose.LISTENER, issuer=serving)
         cert.save()
+        replaced = latest.fingerprint if latest is not None else None
+        _audit(cert, "renew" if replaced else "issue", replaced)
     log.info("issued listener certificate %s from CA %s", cert.fingerprint, serving.fingerprint)
     return cert
 

@@ -276,6 +276,32 @@ class TestCommands:
         assert entry.changes == [{"field": "rows", "before": None, "after": 1}]
         assert SECRET_TOKEN not in everything_recorded()
 
+    def test_given_render_gateway_makes_the_pki_then_recorded_as_the_commands(self, settings):
+        settings.LISTENER_HOSTNAMES = ["listener.example.com"]
+
+        call_command(
+            "render_gateway",
+            "--host",
+            "listener.example.com",
+            "--with-credential",
+            stdout=io.StringIO(),
+            stderr=io.StringIO(),
+        )
+        call_command(
+            "render_gateway",
+            "--host",
+            "listener.example.com",
+            "--with-credential",
+            stdout=io.StringIO(),
+            stderr=io.StringIO(),
+        )  # both current: nothing written
+
+        made = list(AuditEntry.objects.order_by("id").values_list("action", "kind", "via"))
+        assert made == [
+            ("create", "CertificateAuthority", "command"),
+            ("issue", "Certificate", "command"),
+        ]
+
 
 class TestShown:
     def test_given_admin_and_api_writes_then_the_kyma_page_timeline_and_history_show_them(

@@ -1,4 +1,7 @@
-"""``manage.py pki bootstrap|rotate-ca|export-bundle|issue|status``."""
+"""``manage.py pki bootstrap|rotate-ca|export-bundle|issue|status``.
+
+Its writes (a CA made, imported or rotated to, a certificate issued) are recorded in the audit
+trail as the operating-system user's, like every command's; a refused one with its reason."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from django.utils import timezone
 
 from fleet import queue
 from fleet.models import Kyma
+from kernel import audit
 from kernel.errors import ApplicationError
 from pki import services
 from pki.jobs import ca_rotation_start
@@ -23,6 +27,20 @@ def _write(path: Path, data: bytes, mode: int) -> None:
     with os.fdopen(fd, "wb") as handle:
         handle.write(data)
     path.chmod(mode)
+
+
+# The actions that write, and the kind each writes (for a refusal's entry).
+WRITES = {"bootstrap": "CertificateAuthority", "rotate-ca": "CertificateAuthority", "issue": "Certificate"}
+
+
+def _arguments(options: dict[str, Any]) -> list[str]:
+    """The command's words after its action, as an audit entry's ``request``."""
+    words = [options.get("kyma") or ""]
+    for option in ("import_cert", "import_key", "out"):
+        if options.get(option):
+            words.append(f"--{option.replace('_', '-')} {options[option]}")
+    words += ["--renew"] if options.get("renew") else []
+    return [word for word in words if word]
 
 
 class Command(BaseCommand):
@@ -55,9 +73,15 @@ class Command(BaseCommand):
         sub.add_parser("status", help="list the CAs and what each one does now")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        action = options["action"]
+        actor = audit.command_actor(" ".join(["manage.py pki", action, *_arguments(options)]))
         try:
-            getattr(self, "do_" + options["action"].replace("-", "_"))(options)
+            with audit.acting(actor):
+                getattr(self, "do_" + action.replace("-", "_"))(options)
         except ApplicationError as exc:
+            if action in WRITES:
+                kind, name = WRITES[action], options.get("kyma") or ""
+                audit.record_refusal(exc, action=action, kind=kind, name=name, actor=actor)
             raise CommandError(exc.message) from exc
 
     def do_bootstrap(self, options: dict[str, Any]) -> None:

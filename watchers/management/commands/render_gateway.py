@@ -15,6 +15,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from kernel import audit
 from kernel.documents import schema
 from kernel.documents.yamlio import dump_json, dump_yaml
 from pki import services as pki_services
@@ -113,7 +114,9 @@ class Command(BaseCommand):
                     f"warning: {host} is not in LISTENER_HOSTNAMES: the listener certificate "
                     "in the credential Secret is not valid for it"
                 )
-        cert, key, bundle = pki_services.listener_material()
+        # A CA or listener certificate made on the way (none yet) is this command's write.
+        with audit.acting(audit.command_actor("manage.py render_gateway --with-credential")):
+            cert, key, bundle = pki_services.listener_material()
         return routing.credential_secret(
             cert=cert,
             key=key,
