@@ -12,7 +12,8 @@ wave's runtimes may fail):
    (halted=1) having changed no more runtimes than the canary and the first wave.
 
 This process stands in for beat: it publishes the task ``controlplane.rollouts_advance`` every
-``ROLLOUT_ADVANCE_INTERVAL`` seconds, which the workers run. The runtimes' watchers count as alive
+``ROLLOUT_ADVANCE_INTERVAL`` seconds and beat's sweep ``controlplane.reconcile_due`` every
+``RECONCILE_SWEEP_INTERVAL``, which the workers run. The runtimes' watchers count as alive
 (the emulated runtimes run no watcher processes). Per run it prints when each wave started and
 passed, and at the end exactly one line per run::
 
@@ -160,8 +161,14 @@ def roll_out(version: str, manager: Manager, timeout: float, *, bad: bool) -> di
     rollout = Rollout.objects.get(subject="keda/regular", state=RolloutState.PROGRESSING)
     interval = settings.ROLLOUT_ADVANCE_INTERVAL
     deadline = time.monotonic() + timeout
+    swept = time.monotonic()
     while True:
         current_app.send_task("controlplane.rollouts_advance")  # as beat does
+        if time.monotonic() - swept >= settings.RECONCILE_SWEEP_INTERVAL:
+            # and its sweep: a Kyma whose reconcile failed (a runtime's connection reset under
+            # load) is due again after its backoff; without it, it waited for the gate's time limit
+            current_app.send_task("controlplane.reconcile_due")
+            swept = time.monotonic()
         time.sleep(interval)
         close_old_connections()
         rollout.refresh_from_db()
