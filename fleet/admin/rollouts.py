@@ -28,6 +28,7 @@ from fleet.rollouts import services as rollout_services
 from fleet.rollouts.kinds import subject_for
 from kernel.admin import ReadOnlyAdmin, age, state_badge
 from kernel.errors import ApplicationError
+from kernel.fields import BOUNDED_JSON
 from kernel.filtersets import FilterSetAdmin, admin_filter
 
 # Rollout and runtime states as the badges' colours say them.
@@ -95,6 +96,7 @@ class RolloutAdmin(FilterSetAdmin):
     search_fields = ("name", "subject")
     ordering = ("-created_at", "-id")
     show_full_result_count = False
+    formfield_overrides = BOUNDED_JSON  # no form posts today; one added later is bounded already
     page_template = "admin/controlplane/rollout/page.html"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
@@ -198,6 +200,7 @@ class MaintenancePolicyAdmin(admin.ModelAdmin):
     """The fleet's maintenance-window policy (upstream's JSON shape); one row."""
 
     list_display = ("__str__", "updated_at")
+    formfield_overrides = BOUNDED_JSON  # the policy textarea refuses what every door refuses
     readonly_fields = ("in_force",)
     fields = ("policy", "in_force")
 
