@@ -120,6 +120,9 @@ if all(importlib.util.find_spec(name) for name in ("demo", "runtime_emulator", "
 MIDDLEWARE = [
     # First: a body over DATA_UPLOAD_MAX_MEMORY_SIZE is refused (413, JSON) before anything reads it.
     "kernel.middleware.RequestBodyLimit",
+    # Then: a bad Host header or form body is a short 400 naming it (JSON for the API), never
+    # Django's HTML page (with DEBUG, its traceback page).
+    "kernel.middleware.BadRequestRefusal",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -135,6 +138,8 @@ MIDDLEWARE = [
 # The largest request body the web role takes: what a document may be (kernel.documents.yamlio's
 # MAX_INPUT_BYTES), so every document that parses can be sent; larger ones are a 413.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 4 * 1024 * 1024
+# With DEBUG, a request Django refuses (400) gets its one-line reason, not the traceback page.
+DEFAULT_EXCEPTION_REPORTER = "kernel.badrequests.QuietExceptionReporter"
 
 ROOT_URLCONF = "controlplane.urls"
 WSGI_APPLICATION = "controlplane.wsgi.application"

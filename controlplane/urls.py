@@ -9,6 +9,10 @@ from kernel.api.errors import api_not_found
 
 from . import favicon, health
 
+# A request Django refuses (a bad Host header, too many form fields, ...): a short 400 naming
+# why, JSON outside the browser (kernel.badrequests), never Django's HTML page.
+handler400 = "kernel.badrequests.bad_request"
+
 urlpatterns = [
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
     path("admin/fleet/", include("fleet.dashboard.urls")),

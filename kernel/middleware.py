@@ -7,6 +7,7 @@ from collections.abc import Callable
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
+from kernel.badrequests import REFUSED, refusal
 from kernel.errors import error_body
 
 # A refused body is read and thrown away up to this many bytes: a client sends its whole body
@@ -36,3 +37,33 @@ class RequestBodyLimit:
             detail = f"request body of {int(declared):,} bytes is larger than the {limit:,} bytes accepted"
             return JsonResponse(error_body(detail), status=413)
         return self.get_response(request)
+
+
+FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
+class BadRequestRefusal:
+    """A request Django would refuse with its HTML 400 page (the technical one, traceback and
+    settings included, under ``DJANGO_DEBUG``) gets ``kernel.badrequests``' answer instead: a short
+    4xx naming the problem, JSON for the API and machines.
+
+    Django raises these from wherever it first reads the request: the Host header in the common,
+    security and CSRF middleware, a form body's field and file counts in the CSRF middleware or the
+    view. An exception there never reaches another middleware, so both are read here first (a form
+    body is parsed once, as the CSRF middleware would parse it anyway; Django and DRF keep the
+    result), and what a view raises is answered in ``process_exception``."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        try:
+            request.get_host()
+            if request.method == "POST" and request.content_type in FORM_TYPES:
+                request.POST  # noqa: B018 - parsed now, so its limits are checked now
+        except REFUSED as exc:
+            return refusal(request, exc)
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        return refusal(request, exception) if isinstance(exception, REFUSED) else None

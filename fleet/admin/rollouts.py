@@ -29,6 +29,7 @@ from fleet.rollouts.kinds import subject_for
 from kernel import audit
 from kernel.admin import AuditedWritesMixin, AuditHistoryMixin, ReadOnlyAdmin, age, state_badge
 from kernel.errors import ApplicationError
+from kernel.fields import BOUNDED_JSON
 from kernel.filtersets import FilterSetAdmin, admin_filter
 
 # Rollout and runtime states as the badges' colours say them.
@@ -96,6 +97,7 @@ class RolloutAdmin(AuditHistoryMixin, FilterSetAdmin):
     search_fields = ("name", "subject")
     ordering = ("-created_at", "-id")
     show_full_result_count = False
+    formfield_overrides = BOUNDED_JSON  # no form posts today; one added later is bounded already
     page_template = "admin/controlplane/rollout/page.html"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
@@ -201,6 +203,7 @@ class MaintenancePolicyAdmin(AuditedWritesMixin, admin.ModelAdmin):
     by the admin alone (no service: nothing else writes it), each write in the audit trail."""
 
     list_display = ("__str__", "updated_at")
+    formfield_overrides = BOUNDED_JSON  # the policy textarea refuses what every door refuses
     readonly_fields = ("in_force",)
     fields = ("policy", "in_force")
 

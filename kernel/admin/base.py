@@ -11,7 +11,6 @@ from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.utils import flatten_fieldsets, unquote
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -19,8 +18,9 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from kernel import audit, timefmt
+from kernel.documents.nesting import json_loads
 from kernel.errors import ApplicationError, ValidationFailed
-from kernel.fields import BoundedJSONField
+from kernel.fields import BOUNDED_JSON
 from kernel.filtersets import FilterSetAdmin
 from kernel.models import AuditEntry
 
@@ -123,7 +123,8 @@ class ResourceVersionForm(forms.ModelForm):
         if self.instance.pk is None or opened is None or opened == self.instance.resource_version:
             return data
         try:
-            before = json.loads(data.get("opened_state") or "{}")
+            # Posted back by the browser, so anything a client sends: parsed as every door parses.
+            before = json_loads(data.get("opened_state") or "{}", source="opened_state")
         except ValueError:
             before = {}
         now = self._state()
@@ -249,7 +250,7 @@ class ResourceAdmin(RefusalsShownMixin, AuditHistoryMixin, FilterSetAdmin):
     show_full_result_count = False
     list_per_page = 50
     form = ResourceVersionForm
-    formfield_overrides = {models.JSONField: {"form_class": BoundedJSONField}}
+    formfield_overrides = BOUNDED_JSON
     # Columns the changelist does not show; deferred there so a page stays cheap at fleet scale.
     changelist_defer: tuple[str, ...] = ()
 

@@ -74,6 +74,18 @@ def test_given_a_kyma_with_a_finalizer_when_deleted_then_deleting_and_wait_names
         run("delete", "kyma", "kcp-system/busy", "--wait", "--timeout", "0")
 
 
+@pytest.mark.parametrize("timeout", ["nan", "inf", "-1", "1e999", "soon"])
+def test_given_a_timeout_no_wait_can_end_then_one_line_error_before_anything_is_deleted(timeout):
+    kyma = KymaFactory(name="busy", finalizers=["operator.kyma-project.io/kyma-lifecycle-manager"])
+
+    with pytest.raises(
+        CommandError, match=r"--timeout: .* is not a number of seconds \(finite, 0 or more\)$"
+    ):
+        run("delete", "kyma", "kcp-system/busy", "--wait", "--timeout", timeout)
+
+    assert Kyma.objects.get(pk=kyma.pk).state != "Deleting"
+
+
 def test_given_a_module_when_deleted_then_gone():
     ModuleFactory(name="keda")
     assert run("delete", "modules", "keda") == "module/keda deleted\n"

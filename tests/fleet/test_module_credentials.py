@@ -267,3 +267,17 @@ class TestCommand:
             call_command(
                 "credential", "create", "keda", "keda-manager", stdout=io.StringIO(), stderr=io.StringIO()
             )
+
+    @pytest.mark.parametrize("days", ["0", "36501", "99999999999", "9" * 5000, "soon"])
+    def test_given_days_out_of_range_when_creating_then_one_line_error_naming_the_range(self, fleet, days):
+        before = ModuleCredential.objects.count()
+
+        with pytest.raises(CommandError) as refused:
+            call_command(
+                "credential", "create", "keda", "cli", "--expires-in-days", days, stdout=io.StringIO()
+            )
+
+        message = str(refused.value)
+        assert "\n" not in message and len(message) < 250
+        assert "is not a whole number of days at least 1 and at most 36,500 (100 years)" in message
+        assert ModuleCredential.objects.count() == before

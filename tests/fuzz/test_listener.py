@@ -1,7 +1,8 @@
 """The real listener (gunicorn, our PKI), in direct mode (mutual TLS) and in proxy mode
 (X-Forwarded-Client-Cert), fuzzed with events and heartbeats as a hostile or broken watcher
 would send them: field names in any case, values of any type, huge numbers, NUL characters,
-lone surrogates, garbage bytes, odd paths and methods.
+lone surrogates, garbage bytes, odd paths and methods, any Host header (the listener names the
+client by its certificate and builds nothing from the Host, so it never refuses one).
 
 Invariants: never a 5xx; every error is JSON with a ``detail``; the listener still accepts a good
 event afterwards; and the event records hold exactly the accepted events (a refused event is
@@ -66,8 +67,9 @@ def send(
     raw: bytes,
     method: str = "POST",
     xfcc: str | None = None,
+    host: str | None = None,
 ):
-    headers = {}
+    headers = {} if host is None else {"Host": host}
     if mode == "proxy":
         headers["X-Forwarded-Client-Cert"] = (
             xfcc if xfcc is not None else f'Hash=x;Cert="{quote(creds.cert.decode(), safe="")}"'
@@ -92,12 +94,13 @@ def test_the_listener_takes_anything(running, door):
         xfcc=st.one_of(
             st.none(), st.sampled_from(["", "Cert=", 'Cert="garbage"', "x" * 40_000]), header_values
         ),
+        host=st.one_of(st.none(), st.sampled_from(["evil.example", "", "a b", "x" * 300]), header_values),
     )
-    def run(body, path, method, xfcc):
+    def run(body, path, method, xfcc, host):
         nonlocal accepted
         count(f"listener-{mode}")
         status, answer = send(
-            mode, listener.port, creds, path, body, method, xfcc if mode == "proxy" else None
+            mode, listener.port, creds, path, body, method, xfcc if mode == "proxy" else None, host
         )
         assert status < 500, answer
         assert isinstance(answer, dict), answer

@@ -5,8 +5,11 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import io
+import subprocess
+import sys
 
 import pytest
+from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
@@ -174,6 +177,35 @@ class TestCommand:
         with pytest.raises(CommandError, match="already has a token with this name"):
             self.run("create", "root", "ci")
 
-    def test_given_zero_days_when_creating_then_error(self, admin_user):
-        with pytest.raises(CommandError, match="at least 1"):
-            self.run("create", "root", "ci", "--expires-in-days", "0")
+    @pytest.mark.parametrize("days", ["0", "-3", "36501", "99999999", "9" * 5000, "abc", "1.5"])
+    def test_given_days_out_of_range_when_creating_then_one_line_error_naming_the_range(
+        self, admin_user, days
+    ):
+        with pytest.raises(CommandError) as refused:
+            self.run("create", "root", "ci", "--expires-in-days", days)
+
+        message = str(refused.value)
+        assert "\n" not in message and len(message) < 250
+        assert "is not a whole number of days at least 1 and at most 36,500 (100 years)" in message
+        assert not ApiToken.objects.exists()
+
+    def test_given_a_century_when_creating_then_it_expires_then(self, admin_user):
+        self.run("create", "root", "ci", "--expires-in-days", "36500")
+
+        assert ApiToken.objects.get(name="ci").expires_at.year >= timezone.now().year + 99
+
+    def test_given_the_command_line_then_an_overflowing_expiry_is_argparse_error_not_a_traceback(self):
+        command = ["token", "create", "root", "ci", "--expires-in-days", "99999999"]
+        result = subprocess.run(
+            [sys.executable, str(settings.BASE_DIR / "manage.py"), *command],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+        assert result.returncode == 2
+        assert "Traceback" not in result.stderr
+        assert result.stderr.strip().splitlines()[-1] == (
+            "manage.py token create: error: argument --expires-in-days: '99999999' is not a whole number "
+            "of days at least 1 and at most 36,500 (100 years); leave the option out for no expiry"
+        )

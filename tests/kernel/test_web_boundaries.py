@@ -1,22 +1,33 @@
 """The web role's edges: bodies too big are a 413 in JSON before anything reads them (with and
 without DEBUG, and readable by an ordinary client of the real server), gunicorn's own errors are
-JSON, a pasted kubeconfig never comes back in a page, and answers match the OpenAPI schema."""
+JSON, a request Django refuses (a Host header it does not serve, too many form fields or files, a
+broken multipart body) is a short 4xx naming why and never a traceback page, a pasted kubeconfig
+never comes back in a page, and answers match the OpenAPI schema."""
 
 from __future__ import annotations
 
 import http.client
 import json
+import logging
+import sys
 
 import jsonschema
 import pytest
 import requests
 from django.conf import settings
-from django.urls import reverse
+from django.contrib.sessions.exceptions import SessionInterrupted
+from django.core.exceptions import SuspiciousFileOperation
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import RequestFactory
+from django.urls import get_resolver, reverse
+from django.views import debug as django_debug
 from drf_spectacular.generators import SchemaGenerator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
 from fleet.models import Kyma, SyncResource
+from kernel.badrequests import bad_request
+from kernel.middleware import BadRequestRefusal
 from pki import services as pki_services
 from tests.factories import KymaFactory
 from tests.support.processes import start_web
@@ -62,6 +73,126 @@ class TestBodyLimit:
         assert Kyma.objects.get(pk=kyma.pk).channel == "fast"
 
 
+EVIL_HOST = "the Host header 'evil.example' names no host this server answers to"
+TOO_MANY_FIELDS = "the request has more than 1,000 fields"
+BROWSER = {"HTTP_ACCEPT": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}
+MODES = pytest.mark.parametrize("debug", [True, False], ids=["debug", "production"])
+
+
+def refused(response, status: int = 400) -> str:
+    """The answer's detail, after checking it is the short JSON refusal."""
+    assert response.status_code == status, response.content[:300]
+    assert response["Content-Type"] == "application/json"
+    assert b"Traceback" not in response.content and len(response.content) < 500
+    return json.loads(response.content)["detail"]
+
+
+def refused_page(response, status: int = 400) -> str:
+    """The page's text, after checking it is the short HTML refusal."""
+    assert response.status_code == status, response.content[:300]
+    assert response["Content-Type"].startswith("text/html")
+    assert b"Traceback" not in response.content and len(response.content) < 600
+    return response.content.decode()
+
+
+@pytest.mark.django_db
+class TestRefusedRequests:
+    @MODES
+    @pytest.mark.parametrize(
+        ("method", "path"), [("get", "/api/v1/kymas/"), ("post", "/api/v1/apply/")], ids=["kymas", "apply"]
+    )
+    def test_given_a_host_not_served_then_a_json_400_naming_it_and_one_log_line(
+        self, api, settings, caplog, debug, method, path
+    ):
+        settings.DEBUG = debug
+
+        with caplog.at_level(logging.WARNING, logger="django.security"):
+            response = getattr(api, method)(path, data={}, format="json", HTTP_HOST="evil.example")
+
+        assert refused(response) == EVIL_HOST
+        [record] = [r for r in caplog.records if r.name == "django.security.DisallowedHost"]
+        assert record.exc_info is None and EVIL_HOST in record.getMessage()
+
+    def test_given_a_host_that_is_no_host_name_then_400_saying_so(self, client):
+        response = client.get("/healthz", HTTP_HOST="bad host!")
+
+        assert refused(response) == "the Host header 'bad host!' is not a valid host name"
+
+    @MODES
+    def test_given_a_browser_on_the_admin_with_a_host_not_served_then_a_short_page(
+        self, client, settings, debug
+    ):
+        settings.DEBUG = debug
+
+        page = refused_page(client.get("/admin/login/", HTTP_HOST="<b>evil.example</b>", **BROWSER))
+
+        assert "Bad Request (400)" in page
+        assert "&#x27;&lt;b&gt;evil.example&lt;/b&gt;&#x27;" in page  # quoted, never markup
+
+    @MODES
+    def test_given_too_many_form_fields_on_the_admin_login_then_400_naming_the_limit(
+        self, client, settings, debug
+    ):
+        settings.DEBUG = debug
+        body = "&".join(f"f{n}=1" for n in range(1500))
+        form = "application/x-www-form-urlencoded"
+
+        assert refused(client.post("/admin/login/", body, content_type=form)) == TOO_MANY_FIELDS
+        assert TOO_MANY_FIELDS in refused_page(
+            client.post("/admin/login/", body, content_type=form, **BROWSER)
+        )
+
+    @MODES
+    def test_given_too_many_files_then_400_naming_the_limit(self, client, settings, debug):
+        settings.DEBUG = debug
+        files = {f"f{n}": SimpleUploadedFile(f"{n}.txt", b"x") for n in range(101)}
+
+        response = client.post("/admin/login/", files)
+
+        assert refused(response) == "the request has more than 100 files"
+
+    @MODES
+    def test_given_a_multipart_body_without_a_boundary_then_400(self, client, settings, debug):
+        settings.DEBUG = debug
+
+        response = client.post("/admin/login/", b"x", content_type="multipart/form-data; boundary=")
+
+        assert refused(response).startswith("bad request: Invalid boundary in multipart")
+
+    def test_given_a_view_that_raises_a_suspicious_operation_then_the_json_refusal(self):
+        request = RequestFactory().get("/api/v1/kymas/")
+        middleware = BadRequestRefusal(lambda request: None)
+
+        response = middleware.process_exception(request, SuspiciousFileOperation("path traversal in '../x'"))
+
+        assert refused(response) == "bad request: path traversal in '../x'"
+        assert middleware.process_exception(request, ValueError("a bug")) is None  # a 500 stays a 500
+
+    def test_given_production_then_handler400_is_the_short_refusal(self):
+        handler = get_resolver().resolve_error_handler(400)
+
+        assert handler is bad_request
+        assert (
+            refused(handler(RequestFactory().get("/healthz"), SessionInterrupted("gone")))
+            == "bad request: gone"
+        )
+
+    def test_given_debug_and_a_refusal_raised_past_the_middleware_then_no_traceback_page(self, settings):
+        settings.DEBUG = True
+        request = RequestFactory().get("/admin/", **BROWSER)
+        try:
+            raise SessionInterrupted("The request's session was deleted before the request completed.")
+        except SessionInterrupted:
+            refusal = django_debug.technical_500_response(request, *sys.exc_info(), status_code=400)
+        try:
+            raise ValueError("a bug")
+        except ValueError:
+            fault = django_debug.technical_500_response(request, *sys.exc_info())
+
+        assert "bad request: The request&#x27;s session was deleted" in refused_page(refusal)
+        assert b"Traceback" in fault.content  # a real fault keeps DEBUG's page
+
+
 @pytest.fixture(scope="module")
 def web(django_db_setup, django_db_blocker):
     with django_db_blocker.unblock():
@@ -90,6 +221,13 @@ class TestRealWebServer:
         assert response.status_code == 413
         assert response.headers["Content-Type"] == "application/json"
         assert "larger than" in response.json()["detail"]
+
+    def test_given_a_host_not_allowed_then_a_json_400_not_djangos_html_page(self, web):
+        response = requests.get(f"{web}/api/v1/kymas/", headers={"Host": "evil.example"}, timeout=10)
+
+        assert response.status_code == 400
+        assert response.headers["Content-Type"] == "application/json"
+        assert response.json()["detail"] == EVIL_HOST
 
     def test_given_a_request_line_over_gunicorns_limit_then_414_json(self, web):
         host, port = web.removeprefix("http://").split(":")

@@ -229,6 +229,14 @@ class TestRealListener:
 
         assert status == 200, answer
 
+    @pytest.mark.parametrize("host", ["evil.example", "a b", "", "x" * 300])
+    def test_given_any_host_header_then_the_event_is_taken_as_without_it(self, setup, host):
+        _, _, client = setup  # the client is its certificate; nothing is built from the Host
+
+        status, answer = client.post(PATH, event_body(), headers={"Host": host})
+
+        assert status == 200, answer
+
     @pytest.mark.parametrize(
         ("path", "raw"),
         [

@@ -36,6 +36,7 @@ from fleet.services import kymas as kyma_services
 from fleet.services import modules as module_services
 from kernel.documents.yamlio import dump_yaml
 from kernel.errors import ApplicationError
+from kernel.management.arguments import seconds
 from pki import services as pki
 from runtime_emulator import EmulatorHost, RuntimeEmulator, crd_manifest
 from runtime_emulator.kubelet import ProcessKubelet
@@ -134,13 +135,13 @@ class Command(BaseCommand):
         parser.add_argument("--runtimes", type=int, default=3, help="how many runtimes (1-50)")
         parser.add_argument(
             "--rollout-after",
-            type=float,
+            type=seconds,
             default=30,
             help="seconds after every runtime is Ready before keda 2.15.0 goes out in waves (0: never)",
         )
         parser.add_argument(
             "--edit-every",
-            type=float,
+            type=seconds,
             default=0,
             help="seconds between edits by a simulated user (default 0: none, so it never races "
             "your own runtime_edit)",
@@ -150,9 +151,6 @@ class Command(BaseCommand):
         count, every = options["runtimes"], options["edit_every"]
         if not 1 <= count <= 50:
             self.stderr.write("--runtimes must be between 1 and 50")
-            raise SystemExit(2)
-        if every < 0:
-            self.stderr.write("--edit-every must be 0 (no edits) or a number of seconds")
             raise SystemExit(2)
         signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
         ensure_catalog()

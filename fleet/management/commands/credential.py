@@ -12,7 +12,7 @@ from fleet.models import Module, ModuleCredential
 from fleet.services.credentials import module_credential_create, module_credential_revoke
 from kernel import audit
 from kernel.errors import ValidationFailed
-from kernel.management.commands.token import positive_days
+from kernel.management.arguments import expiry_days
 from kernel.timefmt import rfc3339
 
 
@@ -33,7 +33,7 @@ class Command(BaseCommand):
         create.add_argument("name", help="what it is for, unique per module (e.g. keda-manager)")
         create.add_argument(
             "--expires-in-days",
-            type=positive_days,
+            type=expiry_days,
             default=None,
             metavar="N",
             help="the credential stops working after N days (default: never)",

@@ -18,6 +18,7 @@ from fleet.services import kymas as kyma_services
 from fleet.services import modules as module_services
 from kernel import audit
 from kernel.documents.registry import ResourceKind, in_words, listable
+from kernel.management.arguments import seconds
 from watchers.models import Watcher
 from watchers.services import watcher_delete
 
@@ -54,7 +55,7 @@ class Command(BaseCommand):
         parser.add_argument("target", help="NAMESPACE/NAME (or NAME for kinds without a namespace)")
         parser.add_argument("--wait", action="store_true", help="wait until the cleanup is done")
         parser.add_argument(
-            "--timeout", type=float, default=300, help="seconds --wait waits at most (default 300)"
+            "--timeout", type=seconds, default=300, help="seconds --wait waits at most (default 300)"
         )
 
     def handle(self, *args: Any, **options: Any) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 from typing import Any
 
@@ -13,17 +12,8 @@ from django.utils import timezone
 from kernel import audit
 from kernel.api_tokens import api_token_create
 from kernel.errors import ValidationFailed
+from kernel.management.arguments import expiry_days
 from kernel.timefmt import rfc3339
-
-
-def positive_days(text: str) -> int:
-    try:
-        days = int(text)
-    except ValueError:
-        days = 0
-    if days < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of days of at least 1")
-    return days
 
 
 class Command(BaseCommand):
@@ -36,7 +26,7 @@ class Command(BaseCommand):
         create.add_argument("name", help="what the token is for, unique per user (e.g. ci-deploy)")
         create.add_argument(
             "--expires-in-days",
-            type=positive_days,
+            type=expiry_days,
             default=None,
             metavar="N",
             help="the token stops working after N days (default: never)",
