@@ -80,8 +80,6 @@ def test_up_runs_the_control_plane_with_simulated_runtimes_whose_changes_flow_in
             ),
             "three demo Kymas Ready with reporting watchers",
             up,
-            # (on PostgreSQL + Redis demo-1 and demo-2 have taken up to ~3 min: see the closing note)
-            timeout=360,
         )
         assert len(watcher_processes(f"localhost:{listener_port}")) == 3
 
