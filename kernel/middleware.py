@@ -40,6 +40,7 @@ class RequestBodyLimit:
 
 
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+API_PREFIX = "/api/"
 
 
 class BadRequestRefusal:
@@ -50,8 +51,10 @@ class BadRequestRefusal:
     Django raises these from wherever it first reads the request: the Host header in the common,
     security and CSRF middleware, a form body's field and file counts in the CSRF middleware or the
     view. An exception there never reaches another middleware, so both are read here first (a form
-    body is parsed once, as the CSRF middleware would parse it anyway; Django and DRF keep the
-    result), and what a view raises is answered in ``process_exception``."""
+    body is parsed once, as the CSRF middleware would parse it anyway; Django keeps the result),
+    and what a view raises is answered in ``process_exception``. Not under ``/api/``: the API reads
+    JSON and YAML only and skips the CSRF check, so nothing parses a form posted there, and it
+    answers 415 before reading it."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
@@ -59,7 +62,11 @@ class BadRequestRefusal:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         try:
             request.get_host()
-            if request.method == "POST" and request.content_type in FORM_TYPES:
+            if (
+                request.method == "POST"
+                and request.content_type in FORM_TYPES
+                and not request.path.startswith(API_PREFIX)
+            ):
                 request.POST  # noqa: B018 - parsed now, so its limits are checked now
         except REFUSED as exc:
             return refusal(request, exc)

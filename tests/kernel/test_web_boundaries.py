@@ -28,6 +28,7 @@ from referencing.jsonschema import DRAFT202012
 from fleet.models import Kyma, SyncResource
 from kernel.badrequests import bad_request
 from kernel.middleware import BadRequestRefusal
+from kernel.models import AuditEntry
 from pki import services as pki_services
 from tests.factories import KymaFactory
 from tests.support.processes import start_web
@@ -150,6 +151,16 @@ class TestRefusedRequests:
         response = client.post("/admin/login/", files)
 
         assert refused(response) == "the request has more than 100 files"
+
+    def test_given_a_form_posted_to_the_api_then_415_and_no_write_is_tried(self, api):
+        """The API reads JSON and YAML: a form is refused as a media type before it is parsed (read
+        as an empty form, it was a refused write of an empty document, 400 "apiVersion: required")."""
+        response = api.post("/api/v1/kymas/", {"name": "k"}, format="multipart")
+
+        assert response.status_code == 415, response.content
+        assert "multipart/form-data" in response.json()["detail"]
+        [(outcome, reason)] = AuditEntry.objects.values_list("outcome", "reason")
+        assert outcome == "refused" and reason.startswith("Unsupported media type"), reason
 
     @MODES
     def test_given_a_multipart_body_without_a_boundary_then_400(self, client, settings, debug):
