@@ -116,6 +116,7 @@ def key_delete(obj: IssuedKey) -> None:
     obj.delete()
 
 
+@transaction.atomic
 def key_revoke(obj: IssuedKey) -> bool:
     """Revoke ``obj`` for good (the row stays, for the record). False when it already was."""
     if obj.revoked_at is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from collections.abc import Callable
 from typing import Any
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
@@ -157,11 +158,13 @@ class SealedField(models.TextField):
         return self.value_from_object(obj).token
 
 
-def secrets_reencrypt() -> dict[str, int]:
+def secrets_reencrypt(done_with: Callable[[str, int], None] | None = None) -> dict[str, int]:
     """Re-encrypt every sealed field of every model under the current primary key (after a new key
     was put first in ``CONTROLPLANE_ENCRYPTION_KEYS``); returns rows per model label. One model's
-    rows change in one transaction; a value no key opens raises :class:`SealedSecretError`
-    naming the row, and that model's rows stay as they were."""
+    rows change in one transaction, which also runs ``done_with(label, rows)`` (the caller's
+    record of it, kept or lost with the rows); a value no key opens raises
+    :class:`SealedSecretError` naming the row, and that model's rows stay as they were (the
+    models done before keep theirs)."""
     done: dict[str, int] = {}
     for model in apps.get_models():
         fields = [f.name for f in model._meta.fields if isinstance(f, SealedField)]
@@ -177,5 +180,7 @@ def secrets_reencrypt() -> dict[str, int]:
                     raise SealedSecretError(f"{model._meta.label} {obj.pk}: {exc}") from exc
                 obj.save(update_fields=fields)
                 count += 1
+            if done_with is not None:
+                done_with(model._meta.label, count)
         done[model._meta.label] = count
     return done

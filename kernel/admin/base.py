@@ -11,6 +11,7 @@ from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.utils import flatten_fieldsets, unquote
 from django.core.serializers.json import DjangoJSONEncoder
+from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -238,9 +239,12 @@ class AuditedWritesMixin(AuditHistoryMixin):
         super().delete_model(request, obj)  # type: ignore[misc]
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
-        for obj in queryset:
-            audit.record_object(obj, action="delete")
-        super().delete_queryset(request, queryset)  # type: ignore[misc]
+        # Django's "delete selected" runs in no transaction of its own (the delete page does):
+        # the entries and the delete are kept or lost together.
+        with transaction.atomic():
+            for obj in queryset:
+                audit.record_object(obj, action="delete")
+            super().delete_queryset(request, queryset)  # type: ignore[misc]
 
 
 class ResourceAdmin(RefusalsShownMixin, AuditHistoryMixin, FilterSetAdmin):

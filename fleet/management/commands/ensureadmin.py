@@ -8,6 +8,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
+from django.db import transaction
 
 from kernel import audit
 from kernel.adminpassword import admin_password_write, box
@@ -35,7 +36,7 @@ class Command(BaseCommand):
         password = os.environ.get("DJANGO_SUPERUSER_PASSWORD") or secrets.token_urlsafe(12)
         #: E-mail address of that administrator.
         email = os.environ.get("DJANGO_SUPERUSER_EMAIL", "")
-        with audit.acting(audit.command_actor("manage.py ensureadmin")):
+        with audit.acting(audit.command_actor("manage.py ensureadmin")), transaction.atomic():
             user = users.objects.create_superuser(username=username, email=email, password=password)
             audit.record_change(user, before=None)  # the password only as set
         if os.environ.get("DJANGO_SUPERUSER_PASSWORD"):

@@ -21,15 +21,18 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         actor = audit.command_actor("manage.py reencrypt")
+
+        def recorded(label: str, count: int) -> None:  # in the transaction of that model's rows
+            if count:
+                rows = [{"field": "rows", "before": None, "after": count}]
+                audit.record(action="reencrypt", kind=label.rpartition(".")[2], changes=rows, actor=actor)
+
         try:
-            done = secrets_reencrypt()
+            done = secrets_reencrypt(recorded)
         except SealedSecretError as exc:
             audit.record_refusal(exc, action="reencrypt", actor=actor)
             raise CommandError(str(exc)) from exc
         for label, count in done.items():
-            if count:
-                rows = [{"field": "rows", "before": None, "after": count}]
-                audit.record(action="reencrypt", kind=label.rpartition(".")[2], changes=rows, actor=actor)
             self.stdout.write(f"{label}: {count} row(s) re-encrypted")
         self.stdout.write(
             self.style.SUCCESS(f"{sum(done.values())} row(s) now encrypted with the primary key.")
