@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from django.contrib.auth.hashers import UNUSABLE_PASSWORD_PREFIX
 from django.contrib.auth.models import Permission
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
@@ -54,6 +55,7 @@ UNAUDITED = frozenset(
 VALUE_SHOWN = 1000  # characters of a value kept in a diff
 REDACTED_SET, REDACTED_UNSET = "<set, redacted>", "<not set>"
 REDACTED_CHANGED = "<changed, redacted>"
+REDACTED_DISABLED = "<disabled>"  # a password no one can log in with (Django's unusable hash)
 # Fields holding a secret in clear or as a hash (a user's password): shown as set, changed or not set.
 SECRET_NAMES = frozenset({"password"})
 
@@ -170,7 +172,9 @@ def snapshot(model: type[models.Model], values: Mapping[str, Any]) -> dict[str, 
         if field.name in UNAUDITED or field.attname not in values:
             continue
         value = values[field.attname]
-        if isinstance(field, SealedField) or isinstance(value, Sealed) or field.name in SECRET_NAMES:
+        if field.name in SECRET_NAMES:
+            shown[field.name] = _password_state(value)
+        elif isinstance(field, SealedField) or isinstance(value, Sealed):
             shown[field.name] = REDACTED_SET if value else REDACTED_UNSET
         elif field.name in hidden:
             shown[field.name] = opaque(value)
@@ -243,10 +247,19 @@ def diff(before: Mapping[str, Any] | None, after: Mapping[str, Any]) -> list[dic
     return changes
 
 
+def _password_state(value: Any) -> str:
+    if not value:
+        return REDACTED_UNSET
+    if isinstance(value, str) and value.startswith(UNUSABLE_PASSWORD_PREFIX):
+        return REDACTED_DISABLED
+    return REDACTED_SET
+
+
 def secret_changes(
     model: type[models.Model], before: Mapping[str, Any] | None, after: Mapping[str, Any]
 ) -> list[dict[str, Any]]:
-    """A changed password (hash) of a stored row, as ``set → changed``: never the value."""
+    """A password (hash) of a stored row changed to another usable one, as ``set → changed``: never
+    the value. (Set, unset or disabled, the snapshots differ and :func:`diff` says so.)"""
     if before is None:
         return []
     changes = []
@@ -254,14 +267,8 @@ def secret_changes(
         if field.name not in SECRET_NAMES or field.attname not in after:
             continue
         old, new = before.get(field.attname), after[field.attname]
-        if old != new:
-            changes.append(
-                {
-                    "field": field.name,
-                    "before": REDACTED_SET if old else REDACTED_UNSET,
-                    "after": REDACTED_CHANGED if new else REDACTED_UNSET,
-                }
-            )
+        if old != new and _password_state(old) == _password_state(new) == REDACTED_SET:
+            changes.append({"field": field.name, "before": REDACTED_SET, "after": REDACTED_CHANGED})
     return changes
 
 

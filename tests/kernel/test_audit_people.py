@@ -167,6 +167,22 @@ class TestUsersAndGroupsInTheAdmin:
         assert NEW_PASSWORD not in recorded and old_hash not in recorded
         assert not any(secret in recorded for secret in secrets_of(alice))
 
+    def test_given_password_login_disabled_in_the_admin_then_recorded_as_disabled(
+        self, admin_client, admin_user
+    ):
+        alice = User.objects.create_user("alice", password="old-password-123456")
+
+        response = admin_client.post(
+            reverse("admin:auth_user_password_change", args=[alice.pk]),
+            {"usable_password": "false", "unset-password": "1"},
+        )
+
+        assert response.status_code == 302, response.content.decode()[:2000]
+        assert not User.objects.get(pk=alice.pk).has_usable_password()
+        entry = AuditEntry.objects.get(kind="User", action="update")
+        assert entry.changes == [{"field": "password", "before": "<set, redacted>", "after": "<disabled>"}]
+        assert not any(secret in everything_recorded() for secret in secrets_of(alice))
+
     def test_given_a_group_added_changed_and_deleted_then_each_recorded(self, admin_client, admin_user):
         view_kyma = Permission.objects.get(content_type__app_label="controlplane", codename="view_kyma")
         change_kyma = Permission.objects.get(content_type__app_label="controlplane", codename="change_kyma")
