@@ -133,7 +133,8 @@ def test_given_a_benchmark_when_run_with_smoke_then_it_prints_its_closing_line_a
 
 
 def start_chaos(tmp_path: Path, mark: str) -> subprocess.Popen:
-    """chaos.py --smoke, once its Redis and two of every role (web, listener, worker, beat) run."""
+    """chaos.py --smoke, once its Redis and two of every role (web, listener, worker, beat) run
+    (then it kills them as it goes: the count is checked here, when it was reached, not later)."""
     proc = subprocess.Popen(
         [sys.executable, str(BENCH / "chaos.py"), "--smoke"],
         cwd=ROOT,
@@ -142,9 +143,17 @@ def start_chaos(tmp_path: Path, mark: str) -> subprocess.Popen:
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    deadline = time.monotonic() + 120
-    while len(marked(mark)) < 9 and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.2)
+    try:
+        deadline = time.monotonic() + 120
+        while (started := len(marked(mark))) < 9 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert proc.poll() is None, "the benchmark ended before its processes were all up"
+        assert started >= 9, f"only {started} processes of the run started"
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        left_behind(mark, grace=0)  # (kills them)
+        raise
     return proc
 
 
@@ -153,8 +162,6 @@ def test_given_a_benchmark_interrupted_with_ctrl_c_then_it_leaves_nothing_behind
     mark = uuid.uuid4().hex
     proc = start_chaos(tmp_path, mark)
     try:
-        assert proc.poll() is None, "the benchmark ended before its processes were all up"
-        assert len(marked(mark)) >= 9, f"only {len(marked(mark))} processes of the run started"
         os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C reaches the foreground group
         proc.wait(60)
     finally:
@@ -168,8 +175,6 @@ def test_given_a_benchmark_killed_with_sigkill_then_what_it_started_stops_too(tm
     mark = uuid.uuid4().hex
     proc = start_chaos(tmp_path, mark)
     try:
-        assert proc.poll() is None, "the benchmark ended before its processes were all up"
-        assert len(marked(mark)) >= 9, f"only {len(marked(mark))} processes of the run started"
         proc.kill()  # the benchmark alone: not its group, and nothing of it can clean up
         proc.wait(10)
     finally:
