@@ -20,12 +20,12 @@ from typing import Any
 from django.conf import settings
 
 from fleet.k8s.client import ObjectKey, Permanent
+from fleet.k8s.ownership import MANAGED_SELECTOR, field_manager
 from kernel.documents.hashing import HASH_ANNOTATION, carries_hash
 
 from .context import ReconcileContext
 from .drift import describe, drifted
 
-MANAGED_SELECTOR = "operator.kyma-project.io/managed-by=kyma"
 TAKE_OVER_TRIES = 3
 
 
@@ -94,9 +94,10 @@ def verified_recently(ctx: ReconcileContext, key: str, digest: str) -> bool:
 
 
 def needs_check(ctx: ReconcileContext, doc: dict[str, Any]) -> bool:
-    """Whether a check that can wait is due: the object was never seen holding this content, or
-    longer than ``RUNTIME_RECHECK_INTERVAL`` ago."""
-    return not verified_recently(ctx, "|".join(key_of(doc)), digest_of(doc))
+    """Whether a check that can wait is due: in a full reconcile (which reads every kind) always,
+    else when the object was never seen holding this content, or longer than
+    ``RUNTIME_RECHECK_INTERVAL`` ago."""
+    return ctx.full or not verified_recently(ctx, "|".join(key_of(doc)), digest_of(doc))
 
 
 def _verified(ctx: ReconcileContext, doc: dict[str, Any], *, every_time: bool = False) -> None:
@@ -189,7 +190,7 @@ def take_over(
 
 def _ours(entry: dict[str, Any]) -> bool:
     return (
-        entry.get("manager") == settings.RUNTIME_FIELD_MANAGER
+        entry.get("manager") == field_manager()
         and entry.get("operation") == "Apply"
         and not entry.get("subresource")
     )

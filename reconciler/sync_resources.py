@@ -18,7 +18,9 @@ import copy
 from typing import Any
 
 from fleet.k8s.client import RuntimeAPIError, Temporary
+from fleet.k8s.ownership import MANAGED_BY
 from fleet.models import ApplyStrategy, DeletionPolicy, ManifestState, SyncResource
+from fleet.services import modules as module_services
 from kernel.documents.hashing import HASH_ANNOTATION, carries_hash, stamped
 from kernel.timefmt import rfc3339
 
@@ -44,7 +46,7 @@ def _key(doc: dict[str, Any]) -> tuple[str, str, str, str]:
 def prepared(doc: dict[str, Any], resource: SyncResource) -> dict[str, Any]:
     doc = copy.deepcopy(doc)
     meta = doc.setdefault("metadata", {})
-    meta.setdefault("labels", {})["operator.kyma-project.io/managed-by"] = "kyma"
+    meta.setdefault("labels", {}).update(MANAGED_BY)
     annotations = meta.setdefault("annotations", {})
     annotations[OWNER_ANNOTATION] = f"{resource.namespace}/{resource.name}"
     return stamped(doc)
@@ -224,6 +226,8 @@ def _finish_deletion(ctx: ReconcileContext, resource: SyncResource) -> None:
         SyncResource.objects.filter(pk=resource.pk).update(manifest_status=left)
         return
     resource.delete()
+    if resource.module.is_deleting:  # a mandatory module leaving the catalog, once no runtime holds it
+        module_services.module_deletion_finish(module=resource.module)
 
 
 def _runtime_scope(ctx: ReconcileContext, group: str, version: str, kind: str) -> bool | None:
@@ -264,8 +268,20 @@ def _refused_by_policy(
     return status + list(left.values())
 
 
-def remove_all(ctx: ReconcileContext) -> None:
-    """On Kyma deletion: prune every SyncResource's objects, then drop the rows."""
+def remove(ctx: ReconcileContext) -> list[tuple[str, str, str, str]]:
+    """On Kyma deletion (after the module CRs went: their operators are these objects): prune
+    every SyncResource's objects, then drop the rows. Nothing is waited for: an object a
+    finalizer holds is the runtime's to finish (a namespace, a volume claim in use)."""
     for resource in SyncResource.objects.filter(kyma=ctx.kyma):
         ctx.step()
         _finish_deletion(ctx, resource)
+    return []
+
+
+def render(ctx: ReconcileContext) -> list[dict[str, Any]]:
+    """What the module managers want in the runtime: every SyncResource's manifests, prepared
+    (labelled and stamped) as they are applied."""
+    docs = []
+    for resource in SyncResource.objects.filter(kyma=ctx.kyma, deletion_timestamp__isnull=True):
+        docs += [prepared(doc, resource) for doc in resource.parsed_manifests(stored=True)]
+    return docs
