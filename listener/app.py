@@ -98,18 +98,18 @@ def authenticate(environ: dict[str, Any]) -> ClientIdentity:
         ) from exc
 
 
-def accept_event(environ: dict[str, Any], contract: str, component: str) -> dict[str, Any]:
+def accept_event(environ: dict[str, Any], contract: str, component: str) -> bytes:
     identity = authenticate(environ)
     body = read_body(environ)
     if contract not in ("v1", "v2"):
         raise EventInvalid(f"unsupported contract version {contract!r}: use v1 or v2")
     if not COMPONENT.match(component):
         raise EventInvalid(f"invalid component {component!r} in the path")
-    services.route_for(component)  # 404 before looking at the body
+    route = services.route_for(component)  # 404 before looking at the body
     event = parse_event(contract, component, body)
-    accepted = services.watch_event_accept(event=event, identity=identity)
+    accepted = services.watch_event_accept(event=event, identity=identity, route=route)
     metrics.TALLY.event(component, accepted.outcome)
-    return accepted.body()
+    return accepted.payload()
 
 
 def accept_heartbeat(environ: dict[str, Any]) -> dict[str, Any]:
@@ -126,7 +126,7 @@ def accept_heartbeat(environ: dict[str, Any]) -> dict[str, Any]:
     return {"status": "ok", "kyma": f"{kyma.namespace}/{kyma.name}"}
 
 
-def route(environ: dict[str, Any]) -> tuple[str, Callable[[], dict[str, Any]]]:
+def route(environ: dict[str, Any]) -> tuple[str, Callable[[], dict[str, Any] | bytes]]:
     """(metrics label, handler) for the request, or an HTTPError (404, 405)."""
     path = environ.get("PATH_INFO", "")
     if match := EVENT_PATH.match(path):
@@ -144,14 +144,14 @@ def route(environ: dict[str, Any]) -> tuple[str, Callable[[], dict[str, Any]]]:
     return label, handler
 
 
-def handle(environ: dict[str, Any]) -> tuple[int, dict[str, Any], list[tuple[str, str]], str]:
+def handle(environ: dict[str, Any]) -> tuple[int, dict[str, Any] | bytes, list[tuple[str, str]], str]:
     status, body, headers, label = _answer(environ)
     if status == 503:
         headers = [*headers, ("Retry-After", f"{settings.LISTENER_RETRY_AFTER:g}")]
     return status, body, headers, label
 
 
-def _answer(environ: dict[str, Any]) -> tuple[int, dict[str, Any], list[tuple[str, str]], str]:
+def _answer(environ: dict[str, Any]) -> tuple[int, dict[str, Any] | bytes, list[tuple[str, str]], str]:
     label = "-"
     try:
         label, handler = route(environ)
@@ -188,6 +188,9 @@ def _tidy_connections() -> None:
         close_old_connections()
 
 
+_STATUS_LINES = {status.value: f"{status.value} {status.phrase}" for status in HTTPStatus}
+
+
 def application(environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
     started = time.perf_counter()
     metrics.TALLY.begin()
@@ -195,9 +198,9 @@ def application(environ: dict[str, Any], start_response: StartResponse) -> list[
     try:
         _tidy_connections()
         status, body, headers, label = handle(environ)
-        payload = json.dumps(body, separators=(",", ":")).encode()
+        payload = body if type(body) is bytes else json.dumps(body, separators=(",", ":")).encode()
         start_response(
-            f"{status} {HTTPStatus(status).phrase}",
+            _STATUS_LINES[status],
             [("Content-Type", "application/json"), ("Content-Length", str(len(payload))), *headers],
         )
     finally:

@@ -51,7 +51,13 @@ class ClientIdentity:
     certificate_pem: str
 
     def has_san(self, name: str) -> bool:
-        return bool(name) and name.lower() in (n.lower() for n in self.dns_names)
+        return bool(name) and name.lower() in self._sans
+
+    @functools.cached_property
+    def _sans(self) -> frozenset[str]:
+        """The SANs in lower case, made once per identity (an identity serves a connection's
+        every event)."""
+        return frozenset(n.lower() for n in self.dns_names)
 
 
 def _identity(cert: x509.Certificate) -> ClientIdentity:
