@@ -44,12 +44,15 @@ class Outage:
         self._since: float | None = None
         self._tries = 0
         self._delay = first
+        self._skipped = 0
+        self._said_at = 0.0
+        self._failed_at = 0.0
 
     @property
     def down(self) -> bool:
         return self._since is not None
 
-    def failed(self, exc: BaseException) -> float:
+    def failed(self, exc: BaseException, *, note: str = "") -> float:
         """An attempt failed because the database is away: log it (once per outage, then a line
         per retry) and return the seconds to wait before the next try."""
         with self._lock:
@@ -58,9 +61,10 @@ class Outage:
                 self._since, self._tries, self._delay = now, 1, self.first
                 doing = f"; {self.doing}" if self.doing else ""
                 self.log.warning(
-                    "%s: the database is unreachable (%s)%s; retrying in %g s",
+                    "%s: the database is unreachable (%s%s)%s; retrying in %g s",
                     self.what,
                     describe(exc),
+                    note,
                     doing,
                     self._delay,
                 )
@@ -68,14 +72,32 @@ class Outage:
             self._tries += 1
             self._delay = min(self.most, self._delay * 2)
             self.log.warning(
-                "%s: the database is still unreachable after %.1f s (try %d: %s); next try in %g s",
+                "%s: the database is still unreachable after %.1f s (try %d: %s%s); next try in %g s",
                 self.what,
                 now - self._since,
                 self._tries,
                 describe(exc),
+                note,
                 self._delay,
             )
             return self._delay
+
+    def happened(self, exc: BaseException) -> None:
+        """For a path that does not retry by itself (requests, each answered 503): the first
+        failure logs the outage, later ones only once the current delay has passed since the
+        last line (growing, as :meth:`failed`'s), counting those in between. Nothing says when
+        such a path works again (its successes need not have used the database): a failure
+        after ``most`` seconds without one counts as a new outage."""
+        with self._lock:
+            self._skipped += 1
+            now = time.monotonic()
+            if self._since is not None and now - self._failed_at > self.most:
+                self._since, self._skipped = None, 1
+            self._failed_at = now
+            if self._since is not None and now - self._said_at < self._delay:
+                return
+            skipped, self._skipped, self._said_at = self._skipped - 1, 0, now
+        self.failed(exc, note=f"; {skipped} more since the last line" if skipped else "")
 
     def recovered(self) -> None:
         """An attempt worked: end the outage, if there was one, with one line."""

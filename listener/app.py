@@ -31,6 +31,7 @@ from django.db import DatabaseError, close_old_connections
 
 from kernel.dberrors import database_unavailable
 from kernel.errors import ApplicationError, error_body
+from kernel.outage import Outage
 
 from . import metrics, services
 from .events import MAX_BODY, EventInvalid, parse_body, parse_event
@@ -168,7 +169,7 @@ def _answer(environ: dict[str, Any]) -> tuple[int, dict[str, Any] | bytes, list[
         if not database_unavailable(exc):  # a bug, not a busy database
             log.exception("unexpected database error in the listener")
             return 500, error_body("internal error"), [], label
-        log.warning("database unavailable while accepting a request: %s", exc)
+        REQUESTS_OUTAGE.happened(exc)  # one line, then one per growing delay: not one per request
         close_old_connections()
         return 503, error_body("the control plane's database is unavailable; retry"), [], label
     except Exception:
@@ -176,6 +177,9 @@ def _answer(environ: dict[str, Any]) -> tuple[int, dict[str, Any] | bytes, list[
         return 500, error_body("internal error"), [], label
 
 
+REQUESTS_OUTAGE = Outage(
+    log, "listener requests", first=1.0, most=30.0, doing="answering 503 with Retry-After"
+)
 _LOCAL = threading.local()
 
 
