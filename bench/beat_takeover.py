@@ -132,7 +132,7 @@ def main() -> None:
     )
     Lease.objects.filter(name=LEASE_NAME).delete()
     drain()
-    for number in range(args.beats):
+    for number in range(args.beats + 1):  # (the last one: the third beat of the double kill)
         (state_dir() / f"beat-{number}.log").unlink(missing_ok=True)
     beats = {number: start_beat(number, args) for number in range(args.beats)}
     takeovers: list[float] = []
