@@ -50,7 +50,6 @@ from listener import app, events, identity, metrics, services
 from listener.identity import ClientIdentity
 from listener.recorder import EventRecorder
 from pki import services as pki
-from watchers.models import Watcher
 
 UPSTREAM = {
     "watched": {"Namespace": "kyma-system", "Name": "default"},
@@ -75,16 +74,8 @@ class Connection:
 
 
 def prepare() -> tuple[Kyma, ClientIdentity]:
-    Watcher.objects.get_or_create(
-        component="lifecycle-manager",
-        defaults={
-            "namespace": "kcp-system",
-            "name": "klm",
-            "manager": "lifecycle-manager",
-            "resource_to_watch": {"group": "operator.kyma-project.io", "version": "*", "resource": "kymas"},
-            "service_info": {"name": "klm", "namespace": "kcp-system", "port": 8082},
-        },
-    )
+    """A Kyma and its runtime's identity (no Watcher needed: lifecycle-manager events are routed
+    without one)."""
     pki.ca_bootstrap()
     kyma, _ = Kyma.objects.update_or_create(
         name="bench-checks",

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import ssl
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -20,7 +19,7 @@ import psycopg
 import pytest
 
 from tests.support.listener import request
-from tests.support.processes import ROOT, Process, free_port, process_env, start_worker, wait_port
+from tests.support.processes import Process, free_port, manage_command, process_env, start_worker, wait_port
 from tests.support.services import OwnPostgres, OwnRedis
 
 pytestmark = pytest.mark.integration
@@ -38,23 +37,6 @@ metadata:
   annotations: {skr-domain: outage.kyma.example.com}
 spec: {channel: regular, modules: []}
 """
-
-
-@pytest.fixture
-def postgres(tmp_path):
-    server = OwnPostgres(tmp_path / "postgres")
-    try:
-        yield server.init().start()
-    finally:
-        server.remove()
-
-
-def manage(env: dict, *args: str, stdin: str = "") -> str:
-    done = subprocess.run(
-        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, input=stdin, capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
 
 
 def env_for(postgres: OwnPostgres, **extra: str) -> dict:
@@ -93,7 +75,7 @@ def assert_logged_once_then_per_retry(lines: list[str], what: str) -> list[float
 def test_given_a_leading_beat_when_the_database_is_cut_then_it_stands_down_logs_per_retry_and_leads_again(
     postgres,
 ):
-    manage(env_for(postgres), "migrate", "--noinput", "-v0")
+    manage_command(env_for(postgres), "migrate", "--noinput", "-v0")
     beat = Process(
         "beat",
         [sys.executable, "-m", "celery", "-A", "controlplane", "beat", "--loglevel", "INFO"],
@@ -126,8 +108,8 @@ def test_given_a_leading_beat_when_the_database_is_cut_then_it_stands_down_logs_
 
 def test_given_a_worker_when_the_database_is_cut_then_tasks_that_meet_it_log_one_line_each(postgres):
     env = env_for(postgres)
-    manage(env, "migrate", "--noinput", "-v0")
-    manage(env, "apply", "-f", "-", stdin=KYMA)
+    manage_command(env, "migrate", "--noinput", "-v0")
+    manage_command(env, "apply", "-f", "-", stdin=KYMA)
     with psycopg.connect(postgres.url.replace("postgres://", "postgresql://"), connect_timeout=3) as conn:
         kyma = conn.execute("SELECT id FROM controlplane_kyma WHERE name = 'outage'").fetchone()[0]
     worker = start_worker(concurrency=2, DATABASE_URL=postgres.url, DATABASE_CONN_MAX_AGE="60")
@@ -165,10 +147,10 @@ def test_given_a_listener_when_the_database_is_cut_then_its_event_records_wait_a
     postgres, tmp_path: Path
 ):
     env = env_for(postgres)
-    manage(env, "migrate", "--noinput", "-v0")
-    manage(env, "pki", "bootstrap")
-    manage(env, "apply", "-f", "-", stdin=KYMA)
-    manage(env, "pki", "issue", "kcp-system/outage", "--out", str(tmp_path / "creds"))
+    manage_command(env, "migrate", "--noinput", "-v0")
+    manage_command(env, "pki", "bootstrap")
+    manage_command(env, "apply", "-f", "-", stdin=KYMA)
+    manage_command(env, "pki", "issue", "kcp-system/outage", "--out", str(tmp_path / "creds"))
     context = ssl.create_default_context(cafile=str(tmp_path / "creds" / "ca.crt"))
     context.load_cert_chain(str(tmp_path / "creds" / "tls.crt"), str(tmp_path / "creds" / "tls.key"))
     context.check_hostname = False
