@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from django.conf import settings
 
 from pki import crypto
-from pki.services import ca_bundle_pem
+from pki.selectors import ca_bundle_pem
 
 XFCC_LIMIT = 32 * 1024
 
