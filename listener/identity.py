@@ -33,7 +33,7 @@ from django.db import DatabaseError
 from kernel.dberrors import database_unavailable
 from kernel.outage import Outage
 from pki import crypto
-from pki.services import ca_bundle_pem
+from pki.selectors import ca_bundle_pem
 
 XFCC_LIMIT = 32 * 1024
 

@@ -72,7 +72,7 @@ class ModuleAdmin(ResourceAdmin):
     def save_model(self, request: HttpRequest, obj: Module, form: ModuleForm, change: bool) -> None:
         if form.cleaned_data.get("notify_secret_new"):
             obj.notify_secret = form.cleaned_data["notify_secret_new"]
-        module_services.module_save(obj)
+        module_services.module_save(module=obj)
 
     def delete_service(self, obj: Module) -> bool:
         module_services.module_delete(module=obj)

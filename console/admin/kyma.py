@@ -188,7 +188,7 @@ class KymaAdmin(ResourceAdmin):
         return age(seen)
 
     def save_model(self, request: HttpRequest, obj: Kyma, form: KymaForm, change: bool) -> None:
-        kyma_services.kyma_save(obj)
+        kyma_services.kyma_save(kyma=obj)
         if form.cleaned_data.get("kubeconfig_new"):
             kyma_services.kyma_set_kubeconfig(kyma=obj, kubeconfig=form.cleaned_data["kubeconfig_new"])
         elif form.cleaned_data.get("kubeconfig_clear"):

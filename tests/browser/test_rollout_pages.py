@@ -32,7 +32,7 @@ def seed_rollout(runtimes: int = 40) -> Rollout:
         )
     keda = Module.objects.get(name="keda")
     keda.channels = {**keda.channels, "regular": "1.1.0"}
-    module_services.module_save(keda)
+    module_services.module_save(module=keda)
     return Rollout.objects.get()
 
 

@@ -22,7 +22,7 @@ def make_rollout(count: int = 6) -> Rollout:
     KymaFactory.create_batch(count, modules=[{"name": "keda"}], state="Ready")
     keda = Module.objects.get(name="keda")
     keda.channels = {"regular": "1.1.0"}
-    module_services.module_save(keda)
+    module_services.module_save(module=keda)
     return Rollout.objects.get()
 
 
@@ -147,7 +147,7 @@ def test_the_dashboard_lists_rollouts_under_way_halted_first(admin_client):
         kyma.save()
     serverless = Module.objects.get(name="serverless")
     serverless.channels = {"regular": "1.2.0"}
-    module_services.module_save(serverless)
+    module_services.module_save(module=serverless)
     html = admin_client.get("/admin/fleet/").content.decode()
     assert 'id="cp-rollouts-total">2<' in html and 'id="cp-rollouts-halted">1<' in html
     table = html[html.index('id="cp-rollouts-table"') :]
