@@ -56,13 +56,15 @@ def read(
     return ctx.client.get(api_version, kind, name, namespace)
 
 
-def prefetch(ctx: ReconcileContext, docs: Iterable[dict[str, Any]]) -> None:
+def prefetch(ctx: ReconcileContext, docs: Iterable[dict[str, Any]], *, known: bool = False) -> None:
     """Read objects of one kind and namespace with one labelled list when there are several (all
-    carry our managed-by label); :func:`live_object` then answers from it."""
+    carry our managed-by label); :func:`live_object` then answers from it. Objects never seen in
+    place are left out (:func:`never_seen`), unless the caller ``known`` them to have been applied
+    (a SyncResource's manifests: its own record says so)."""
     groups: dict[tuple[str, str, str], list[ObjectKey]] = defaultdict(list)
     for doc in docs:
         key = key_of(doc)
-        if key not in ctx.listed and not never_seen(ctx, doc):
+        if key not in ctx.listed and (known or not never_seen(ctx, doc)):
             groups[key[:3]].append(key)
     for (api_version, kind, namespace), keys in groups.items():
         if len(keys) < 2:
