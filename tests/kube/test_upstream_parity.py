@@ -21,6 +21,7 @@ from fleet.services import modules as module_services
 from pki import services as pki
 from reconciler.run import kyma_reconcile_run
 from runtime_emulator import crd_manifest
+from tests.kube.test_reconcile import settled
 from tests.support.kube import Runtime, connect_kyma
 from tests.support.runtimes import keda_module, klm_watcher
 from watchers.rendering import NETWORK_POLICIES, PRIORITY_CLASS_NAME
@@ -187,7 +188,8 @@ def test_the_runtimes_kyma_shows_maintenance_true_while_a_module_waits(real_runt
 
 
 def test_reconcile_now_repairs_every_kind_the_periodic_one_leaves_to_its_recheck(real_runtime, catalog):
-    kyma = reconcile(reconcile(connect_kyma(real_runtime)))
+    # Settled: the watcher's pod ready (without one, every reconcile reads the watcher's objects).
+    kyma = settled(real_runtime, connect_kyma(real_runtime))
     policy = NETWORK_POLICIES[0]
     real_runtime.call(
         "PATCH",
