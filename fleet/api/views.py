@@ -35,6 +35,7 @@ from fleet.services import modules as module_services
 from fleet.services import revisions
 from fleet.services import watches as watch_services
 from kernel.api.authentication import ScopedPrincipal
+from kernel.api.permissions import check_documents
 from kernel.api.resources import ERROR_SCHEMA, ResourceReadViewSet, ResourceViewSet, document_schema
 from kernel.documents import registry
 from kernel.documents.schema import schema_errors
@@ -458,6 +459,7 @@ class ApplyView(APIView):
                 wanted = [f"{meta.app_label}.{verb}_{meta.model_name}" for verb in ("add", "change")]
                 if not request.user.has_perms(wanted):
                     raise PermissionDenied(f"you may not apply {kind.plural}")
+        check_documents(request, docs)
         results = registry.apply_documents(docs)
         return Response(
             {
