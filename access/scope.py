@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import functools
 import operator
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
+from django.db import connection
 from django.db.models import Exists, Model, OuterRef, Q, QuerySet
 
 from fleet.models import Kyma, RolloutTarget
@@ -28,7 +31,7 @@ from kernel.documents.selectors import describe, selects
 from kernel.errors import ApplicationError
 
 from .models import FleetRoleBinding, Identity
-from .roles import GRANTS, VIEW
+from .roles import AUDIT, GRANTS, VIEW
 
 # Every model that belongs to a Kyma, by label, and the path from it to its Kyma ("" for the Kyma
 # itself; "kyma_id" for rows that keep only the id). tests/access check that every model with a
@@ -44,6 +47,10 @@ SCOPED: dict[str, str] = {
     "kernel.auditentry": "kyma_id",
     "controlplane.rollout": "targets",  # seen when one of its runtimes is; acted on when all are
 }
+
+
+# What reading a declared model needs, where it is not "view": the trail is for auditors.
+READ_AS: dict[str, str] = {"kernel.auditentry": AUDIT}
 
 
 class OutOfScope(ApplicationError):
@@ -174,6 +181,8 @@ def scoped(user: Any, queryset: QuerySet, capability: str = VIEW) -> QuerySet:
     path = declared_path(queryset.model)
     if path is None:
         return queryset
+    if capability == VIEW:
+        capability = READ_AS.get(queryset.model._meta.label_lower, VIEW)
     scope = scope_of(user, capability)
     if scope.everything:
         return queryset
@@ -229,6 +238,8 @@ def rollout_covered(user: Any, rollout: Model, capability: str) -> bool:
     scope = scope_of(user, capability)
     if scope.everything:
         return True
+    if getattr(rollout, "kind", "") != "KymaSpec":
+        return False  # a catalog or Watcher rollout reaches every runtime that uses its subject
     outside = RolloutTarget.objects.filter(rollout=rollout).exclude(
         kyma__in=scoped(user, Kyma.objects.all(), capability)
     )
@@ -263,3 +274,34 @@ def require_all(user: Any, kymas: Iterable[Model], capability: str, *, what: str
     if outside:
         shown = ", ".join(outside[:5]) + (f" and {len(outside) - 5} more" if len(outside) > 5 else "")
         raise OutOfScope(f"{what} reaches runtimes outside your scope for {capability}: {shown}")
+
+
+class WatchScope:
+    """Whether a ModuleConfig document of a watch belongs to a Kyma in the user's scope.
+
+    The Kymas in scope are read when the watch opens and again once per bookmark interval (a Kyma
+    whose labels moved it in or out counts from then on); the watch holds no database connection
+    in between."""
+
+    KYMA_LABEL = "operator.kyma-project.io/kyma-name"
+
+    def __init__(self, user: Any, capability: str = VIEW) -> None:
+        self.user, self.capability = user, capability
+        self.read_at = 0.0
+        self.keys: frozenset[tuple[str, str]] = frozenset()
+        self._read()
+
+    def _read(self) -> None:
+        try:
+            rows = scoped(self.user, Kyma.objects.all(), self.capability).values_list("namespace", "name")
+            self.keys = frozenset(rows)
+        finally:
+            connection.close()
+        self.read_at = time.monotonic()
+
+    def __call__(self, document: dict[str, Any]) -> bool:
+        if time.monotonic() - self.read_at >= settings.MODULECONFIG_WATCH_BOOKMARK_INTERVAL:
+            self._read()
+        metadata = document.get("metadata") or {}
+        kyma = (metadata.get("labels") or {}).get(self.KYMA_LABEL)
+        return (metadata.get("namespace"), kyma) in self.keys

@@ -17,6 +17,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from access.scope import WatchScope, is_scoped
 from fleet.api import credentials as credential_views
 from fleet.api.authentication import ModuleScopedPermissions, module_credential, refuse_other_module
 from fleet.filtersets import (
@@ -312,7 +313,10 @@ class ModuleConfigViewSet(ModuleScopedViewSet):
         except BaseException:
             watch.CAPACITY.release()
             raise
-        stream = watch.WatchStream(since=since, module=module, slot_id=slot.pk, timeout=timeout, turn=opening)
+        visible = WatchScope(request.user) if credential is None and is_scoped(request.user) else None
+        stream = watch.WatchStream(
+            since=since, module=module, slot_id=slot.pk, timeout=timeout, turn=opening, visible=visible
+        )
         self._stream = stream
         response = StreamingHttpResponse(stream, content_type="application/json;stream=watch")
         response["Cache-Control"] = "no-cache"

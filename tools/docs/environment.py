@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = "controlplane/settings.py"
 # Where the control plane's own processes read the environment (the runtime watcher, which runs in
 # each runtime, has its own table: watchers/runtime/__init__.py).
-SCANNED = ("kernel", "controlplane", "fleet", "watchers", "pki", "listener", "deploy/gunicorn")
+SCANNED = ("kernel", "controlplane", "fleet", "watchers", "pki", "listener", "access", "deploy/gunicorn")
 NOT_SCANNED = ("watchers/runtime", "/migrations/")
 # Sections of the files other than the settings module (which has ``# --- Title ---`` lines).
 FILE_SECTIONS = {
