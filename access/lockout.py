@@ -11,7 +11,7 @@ from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.template.response import TemplateResponse
+from django.shortcuts import render
 
 from kernel.errors import error_body
 
@@ -45,6 +45,5 @@ def locked_out(request: HttpRequest, response: Any, credentials: Any) -> HttpRes
     )
     if "text/html" not in request.headers.get("Accept", ""):
         return JsonResponse(error_body(reason), status=429)
-    return TemplateResponse(
-        request, "admin/locked_out.html", {"reason": reason, "title": "Locked out"}, status=429
-    )
+    # Rendered here: axes answers from its middleware, after the view layer renders responses.
+    return render(request, "admin/locked_out.html", {"reason": reason, "title": "Locked out"}, status=429)
