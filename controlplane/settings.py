@@ -287,7 +287,7 @@ AUTHENTICATION_BACKENDS = [
 #: Seconds without a request after which a session ends.
 SESSION_IDLE_SECONDS: int = env.int("SESSION_IDLE_SECONDS", default=3600)
 #: Seconds after its login at which a session ends, however busy.
-SESSION_MAX_SECONDS: int = env.int("SESSION_MAX_SECONDS", default=12 * 3600)
+SESSION_MAX_SECONDS: int = env.int("SESSION_MAX_SECONDS", default=43200)
 if not 0 < SESSION_IDLE_SECONDS <= SESSION_MAX_SECONDS:
     raise ImproperlyConfigured("0 < SESSION_IDLE_SECONDS <= SESSION_MAX_SECONDS must hold")
 SESSION_COOKIE_AGE = SESSION_IDLE_SECONDS

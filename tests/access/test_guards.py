@@ -11,7 +11,7 @@ import pytest
 from django.apps import apps
 from django.contrib import admin
 from django.contrib.auth import get_user_model
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.db import models
 from django.test import Client
 from prometheus_client import REGISTRY
@@ -157,3 +157,25 @@ def test_unauthenticated_refusals_are_counted_and_sampled_into_the_trail(setting
     assert counter("controlplane_unauthenticated_refusals_total", "api") - before == 10
     assert AuditEntry.objects.filter(actor="anonymous").count() == 3
     assert counter("controlplane_unauthenticated_refusals_unrecorded_total", "api") >= 7
+
+
+@pytest.mark.django_db
+def test_a_service_accounts_token_acts_with_its_bindings_rights():
+    from kernel.api_tokens import api_token_create
+    from tests.factories import KymaFactory
+
+    out = io.StringIO()
+    call_command("serviceaccount", "create", "ci", stdout=out)
+    assert out.getvalue().strip() == "sa-ci"
+    KymaFactory(name="eu-1", labels={"region": "eu"})
+    KymaFactory(name="us-1", labels={"region": "us"})
+    FleetRoleBinding.objects.create(
+        name="ci", role="viewer", users=["sa-ci"], selector={"matchLabels": {"region": "eu"}}
+    )
+    _, key = api_token_create(user=get_user_model().objects.get(username="sa-ci"), name="deploy")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    assert [d["metadata"]["name"] for d in client.get("/api/v1/kymas/").json()["results"]] == ["eu-1"]
+    assert client.post("/api/v1/kymas/kcp-system/eu-1/reconcile/").status_code == 403
+    with pytest.raises(CommandError):
+        call_command("serviceaccount", "create", "ci", stdout=io.StringIO())
