@@ -34,7 +34,8 @@ from .kyma_crd import kyma_crd as _unstamped_crd
 NAMESPACE = "kyma-system"
 NAME = "default"
 API_VERSION = "operator.kyma-project.io/v1beta2"
-LABELS = {"operator.kyma-project.io/watched-by": "kyma", "operator.kyma-project.io/managed-by": "kyma"}
+MANAGED_BY = {"operator.kyma-project.io/managed-by": "kyma"}
+LABELS = {"operator.kyma-project.io/watched-by": "kyma", **MANAGED_BY}
 # Entries of ``Kyma.runtime_verified``: the runtime's Kyma seen with our labels (digest of them),
 # and the status the mirror last found or wrote there (digest of it).
 VERIFIED_KEY = "|".join((API_VERSION, "Kyma", NAMESPACE, NAME))
@@ -105,7 +106,9 @@ def _sync(ctx: ReconcileContext) -> dict[str, Any]:
     kyma, client = ctx.kyma, ctx.client
     live = read(ctx, API_VERSION, "Kyma", NAME, NAMESPACE)
     if live is None:
-        client.ensure_namespace(NAMESPACE)  # (the Kyma lives there: no need to look while it exists)
+        client.ensure_namespace(
+            NAMESPACE, MANAGED_BY
+        )  # (the Kyma lives there: no need to look while it exists)
         try:
             live = _apply_when_served(ctx, desired(kyma))
         except Gone:  # the CRD went since it was last verified: install it, then the Kyma

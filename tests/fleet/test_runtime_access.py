@@ -72,3 +72,57 @@ def test_the_command_prints_the_base_and_the_modules():
     docs = [d for d in yaml.safe_load_all(out.getvalue()) if d]
     assert docs[: len(base_manifests())] == base_manifests()
     assert ("Role", "keda") in [(d["kind"], d["metadata"].get("namespace")) for d in docs]
+
+
+def test_the_role_in_kyma_system_names_its_kinds_and_never_the_namespace_itself():
+    role = next(d for d in base_manifests() if d["kind"] == "Role")
+
+    resources = {
+        (group, r) for rule in role["rules"] for group in rule["apiGroups"] for r in rule["resources"]
+    }
+    assert "*" not in {group for group, _ in resources}
+    assert {group for group, r in resources if r == "*"} == {"operator.kyma-project.io"}
+    assert not {r for _, r in resources if r.startswith("namespaces") or "/" in r}
+
+
+def test_the_guard_binds_its_policy_to_the_identity_and_denies():
+    guard = {d["kind"]: d for d in base_manifests() if d["metadata"]["name"] == "kyma-control-plane-guard"}
+
+    policy, binding = guard["ValidatingAdmissionPolicy"], guard["ValidatingAdmissionPolicyBinding"]
+    assert binding["spec"] == {"policyName": "kyma-control-plane-guard", "validationActions": ["Deny"]}
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    assert (
+        "system:serviceaccount:kyma-control-plane:kyma-control-plane"
+        in policy["spec"]["matchConditions"][0]["expression"]
+    )
+    assert all(v["reason"] == "Forbidden" for v in policy["spec"]["validations"])
+
+
+def test_a_module_whose_cr_is_outside_kymas_group_gets_a_rule_for_it_in_its_namespace():
+    keda = keda_module()
+    keda.cr_group = "keda.example.com"
+
+    docs = module_manifests([keda])
+
+    role = next(d for d in docs if d["kind"] == "Role")
+    assert role["metadata"]["namespace"] == "kyma-system"
+    assert role["rules"] == [
+        {
+            "apiGroups": ["keda.example.com"],
+            "resources": ["kedas", "kedas/status"],
+            "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"],
+        }
+    ]
+    assert not [d for d in docs if d["kind"] == "Namespace"]
+
+
+def test_a_listed_namespaced_kind_the_base_does_not_name_gets_a_rule_in_the_modules_namespaces():
+    keda = keda_module()
+    keda.manifest_kinds = [
+        {"group": "", "kind": "ReplicationController"},
+        {"group": "apps", "kind": "Deployment"},
+    ]
+
+    role = next(d for d in module_manifests([keda]) if d["kind"] == "Role")
+
+    assert [(r["apiGroups"], r["resources"]) for r in role["rules"]] == [([""], ["replicationcontrollers"])]

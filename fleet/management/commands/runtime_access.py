@@ -2,7 +2,8 @@
 
 Prints YAML to apply in each runtime (``kubectl apply -f -``) before its kubeconfig goes into a
 Kyma: the base (what ``deploy/runtime-access/`` holds) and the rules of the catalog's modules whose
-manifest policy reaches beyond ``kyma-system``. Run it again after such a module changes.
+manifest policy reaches beyond what the base names (see ``fleet.reconciler.access``). Run it
+again after such a module changes.
 """
 
 from __future__ import annotations
