@@ -19,7 +19,7 @@ from django.http import HttpRequest
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 
 from . import oidc
-from .roles import ADMIN, GRANTS, PERMISSIONS, SCOPED_ADMIN_EXTRA
+from .roles import ADMIN, AUDIT, GRANTS, PERMISSIONS, SCOPED_ADMIN_EXTRA
 from .scope import bindings_of, is_scoped
 from .services import identity_login
 
@@ -60,6 +60,9 @@ def role_permissions(user: Any) -> set[str]:
         for capability in GRANTS.get(binding.role, ()):
             if capability == ADMIN and binding.selector:
                 patterns.extend(SCOPED_ADMIN_EXTRA)  # administration of the whole fleet needs all of it
+                continue
+            if capability == AUDIT and binding.selector:
+                patterns.append("kernel.view_auditentry")  # its Kymas' entries; failed logins are fleet-wide
                 continue
             patterns.extend(PERMISSIONS[capability])
     user._access_permissions = permissions = _expand(patterns)

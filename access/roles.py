@@ -50,7 +50,6 @@ PERMISSIONS: dict[str, tuple[str, ...]] = {
         "controlplane.add_rollout",
         "controlplane.change_rollout",
         "controlplane.view_job",
-        "kernel.add_apitoken",
     ),
     AUDIT: (
         "kernel.view_auditentry",
@@ -68,7 +67,7 @@ DESCRIPTIONS: dict[str, str] = {
     Role.AUDITOR: "what a viewer sees, and the audit trail of its scope (unscoped: all of it, and "
     "failed logins)",
     Role.OPERATOR: "what a viewer sees; changes, reconciles and creates the Kymas of its scope; starts, "
-    "pauses and resumes rollouts whose every runtime is in its scope; its own API tokens",
+    "pauses and resumes rollouts whose every runtime is in its scope",
     Role.FLEET_ADMIN: "everything; scoped to part of the fleet, an operator that may also delete its Kymas "
     "and read their audit trail",
 }
