@@ -58,7 +58,11 @@ def start_sso_web(provider: Hydra, **env: str) -> Web:
         [sys.executable, "manage.py", "serve", "web", "--bind", f"127.0.0.1:{port}"],
         process_env(**settings),
     )
-    wait_port(port, proc=proc)
+    try:
+        wait_port(port, proc=proc)
+    except BaseException:
+        proc.stop()
+        raise
     return Web(url, proc, client_id)
 
 

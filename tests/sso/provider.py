@@ -205,7 +205,11 @@ class Hydra:
             except requests.RequestException:
                 return False
 
-        self.proc.wait_for(ready, 60, "Hydra ready")
+        try:
+            self.proc.wait_for(ready, 60, "Hydra ready")
+        except BaseException:
+            self.stop()  # nothing left running when the start fails
+            raise
         return self
 
     def stop(self) -> None:
