@@ -4,9 +4,9 @@ from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
 from access.api import FleetRoleBindingViewSet
-from fleet.api.audit import AuditEntryViewSet
-from fleet.api.rollouts import RolloutViewSet
-from fleet.api.views import ApplyView, KymaViewSet, ModuleConfigViewSet, ModuleViewSet, SyncResourceViewSet
+from console.api.audit import AuditEntryViewSet
+from console.api.rollouts import RolloutViewSet
+from console.api.views import ApplyView, KymaViewSet, ModuleConfigViewSet, ModuleViewSet, SyncResourceViewSet
 from listener.api import WatchEventViewSet
 from pki.api import CertificateAuthorityViewSet, CertificateViewSet
 from watchers.api import WatcherViewSet

@@ -112,7 +112,9 @@ INSTALLED_APPS = [
     "fleet",
     "watchers",
     "pki",
+    "reconciler",
     "listener",
+    "console",
     "access",
 ]
 # The simulated runtimes of ``make run`` (development only): installed where their packages are,
@@ -353,7 +355,7 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # Module managers' credentials (kcpm_ keys) and named, expiring tokens (kcp_) first; DRF's
         # older keys keep working through the two after them.
-        "fleet.api.authentication.ModuleCredentialAuthentication",
+        "console.api.authentication.ModuleCredentialAuthentication",
         "kernel.api.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.TokenAuthentication",
         "kernel.api.authentication.BearerTokenAuthentication",

@@ -5,7 +5,7 @@
   tries every ``WORKER_RECONNECT_MAX`` seconds at most (Celery's consumer waits 2, 4, 6, ... up to
   30 s between tries, so a worker came back up to half a minute after its broker). What it held
   when the connection went is queued again as soon as it is back (:mod:`controlplane.broker`).
-- The database goes away: tasks fail and retry (``fleet.tasks``); the worker itself keeps running.
+- The database goes away: tasks fail and retry (``reconciler.tasks``); the worker itself keeps running.
 - SIGTERM (a rolling update, a drained node): Celery's warm shutdown stops taking messages and
   gives back what it reserved; every running reconcile stops at its next step and hands its Kyma
   back (:func:`fleet.queue.hand_back_all`), so the worker ends within one runtime call rather than

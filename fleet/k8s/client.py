@@ -377,7 +377,7 @@ class RuntimeClient:
     def ensure_namespace(self, name: str, labels: dict[str, str]) -> bool:
         """Create the namespace when missing; True when it was created. An existing one is only
         read, never written: the runtime's guard refuses the control plane any change of the
-        namespaces it runs in (``fleet.reconciler.access``). The create is an apply of just its name
+        namespaces it runs in (``reconciler.access``). The create is an apply of just its name
         and ``labels``, which the runtime's RBAC can allow for this one name, unlike a POST."""
         if self.get("v1", "Namespace", name) is not None:
             return False

@@ -129,7 +129,7 @@ def moduleconfig_set_status(*, config: ModuleConfig, status: dict) -> bool:
     return True
 
 
-# What a Kyma's reconcile takes from a ModuleConfig's status (``fleet.reconciler.modules``).
+# What a Kyma's reconcile takes from a ModuleConfig's status (``reconciler.modules``).
 REFLECTED_STATUS = ("state", "message")
 
 

@@ -1,7 +1,7 @@
 """A worker through a database outage: a PostgreSQL of the test's own, stopped and started again.
 
 The worker keeps running; the reconcile that met the outage retries every few seconds
-(``fleet.tasks.DATABASE_RETRY_MAX``) and runs soon after the database is back.
+(``reconciler.tasks.DATABASE_RETRY_MAX``) and runs soon after the database is back.
 """
 
 from __future__ import annotations

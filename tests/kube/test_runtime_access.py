@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from fleet.reconciler.access import GUARD, NAMESPACED_KINDS
+from reconciler.access import GUARD, NAMESPACED_KINDS
 from tests.support.kube import Runtime
 
 NS = "kyma-system"

@@ -31,13 +31,13 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db import close_old_connections
 
 from fleet.models import Kyma, KymaState, Module, ModuleConfig, Rollout
-from fleet.reconciler.runtime_edits import runtime_kyma_edit
 from fleet.services import kymas as kyma_services
 from fleet.services import modules as module_services
 from kernel.documents.yamlio import dump_yaml
 from kernel.errors import ApplicationError
 from kernel.management.arguments import seconds
 from pki import services as pki
+from reconciler.runtime_edits import runtime_kyma_edit
 from runtime_emulator import EmulatorHost, RuntimeEmulator, crd_manifest
 from runtime_emulator.kubelet import ProcessKubelet
 from watchers.models import Watcher

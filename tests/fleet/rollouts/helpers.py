@@ -8,9 +8,9 @@ from django.utils import timezone
 
 from fleet import queue
 from fleet.models import Kyma, Module, ModuleConfig, Rollout, RolloutTarget
-from fleet.reconciler.run import kyma_reconcile_run
 from fleet.rollouts.engine import rollouts_advance
 from fleet.services import modules as module_services
+from reconciler.run import kyma_reconcile_run
 from runtime_emulator import RuntimeEmulator
 from tests.support.runtimes import connected_kyma
 
