@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import requests
 from django.utils import timezone
 
 from fleet.models import Kyma, Rollout, RolloutTarget
@@ -19,6 +20,7 @@ from kernel.models import AuditEntry
 from listener.models import WatchEventRecord
 from tests.access.conftest import EU, EU_ONLY, US
 from tests.factories import ModuleFactory
+from tests.support.processes import start_web
 
 pytestmark = pytest.mark.django_db(transaction=True)
 RECONCILE_TASK = "controlplane.kyma_reconcile"
@@ -174,16 +176,26 @@ def test_yaml_apply_is_all_or_nothing_within_the_scope(fleet, person):
 
 
 def test_a_watch_streams_only_the_scopes_moduleconfigs(fleet, person):
+    """Through a real web process (the watch's hub thread lives there, as in production)."""
     module = ModuleFactory(name="keda")
     for kyma in (fleet.eu, fleet.us):
         module_services.moduleconfig_upsert(
             kyma=kyma, module=module, spec={"replicas": 1}, source_generation=1, source_resource_version=""
         )
     eu = person("eu-viewer", "viewer", EU_ONLY)
-    answer = eu.api.get("/api/v1/moduleconfigs/?watch=true&timeoutSeconds=1")
-    lines = [json.loads(line) for line in b"".join(answer.streaming_content).splitlines() if line]
+    key = eu.api._credentials["HTTP_AUTHORIZATION"]
+    proc, url = start_web()
+    try:
+        answer = requests.get(
+            f"{url}/api/v1/moduleconfigs/?watch=true&timeoutSeconds=1",
+            headers={"Authorization": key},
+            timeout=60,
+        )
+    finally:
+        proc.stop()
+    lines = [json.loads(line) for line in answer.content.splitlines() if line]
     changed = {line["object"]["metadata"]["name"] for line in lines if line["type"] != "BOOKMARK"}
-    assert changed == {"eu-1-keda"}
+    assert answer.status_code == 200 and changed == {"eu-1-keda"}
     assert names(eu.api.get("/api/v1/moduleconfigs/")) == {"eu-1-keda"}
 
 

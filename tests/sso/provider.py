@@ -84,7 +84,7 @@ class Directory:
             f"{self.admin_url}/admin/oauth2/auth/requests/{path}",
             params={challenge_name: challenge},
             json=body,
-            timeout=10,
+            timeout=30,
         )
         answer.raise_for_status()
         return answer.json()
@@ -237,7 +237,7 @@ class Hydra:
                 "scope": "openid email profile groups",
                 "token_endpoint_auth_method": "client_secret_post",
             },
-            timeout=10,
+            timeout=30,
         )
         assert answer.status_code == 201, answer.text
         return client_id, secret
@@ -248,14 +248,14 @@ def sign_in(
 ) -> requests.Response:
     """A person's single sign-on, as a browser does it: the control plane's login link, the
     provider, its login form, back to the control plane. Returns the last answer."""
-    start = session.get(f"{web}/oidc/authenticate/?{urlencode({'next': next_path})}", timeout=15)
+    start = session.get(f"{web}/oidc/authenticate/?{urlencode({'next': next_path})}", timeout=30)
     start.raise_for_status()
     form_url = start.url  # the login app's form (the provider redirected there)
     challenge = parse_qs(form_url.partition("?")[2])["login_challenge"][0]
     return session.post(
         form_url.partition("?")[0],
         data={"challenge": challenge, "username": name, "password": password},
-        timeout=15,
+        timeout=30,
     )
 
 

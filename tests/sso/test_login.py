@@ -33,7 +33,7 @@ def test_a_person_signs_in_through_the_provider_with_pkce(provider: Hydra, web):
     bind("sre-admins", "fleet-admin", ["sre"])
     session = requests.Session()
 
-    start = session.get(f"{web.url}/oidc/authenticate/", allow_redirects=False, timeout=10)
+    start = session.get(f"{web.url}/oidc/authenticate/", allow_redirects=False, timeout=30)
     asked = parse_qs(urlparse(start.headers["Location"]).query)
     assert start.headers["Location"].startswith(provider.issuer + "oauth2/auth")
     assert asked["code_challenge_method"] == ["S256"] and len(asked["code_challenge"][0]) >= 43
@@ -66,13 +66,13 @@ def test_the_provider_refuses_a_code_flow_without_pkce(provider: Hydra, web):
             "state": "s" * 32,
             "nonce": "n" * 32,
         },
-        timeout=10,
+        timeout=30,
     )
     challenge = parse_qs(urlparse(form.url).query)["login_challenge"][0]
     answer = session.post(
         form.url.partition("?")[0],
         data={"challenge": challenge, "username": "erin", "password": "erin-pw-1"},
-        timeout=10,
+        timeout=30,
     )
     back = [
         r.headers.get("Location", "")
@@ -92,9 +92,9 @@ def test_a_group_removed_at_the_provider_loses_its_rights_at_the_next_login(prov
     KymaFactory(name="us-1", labels=US)
     first = requests.Session()
     sign_in(first, web.url, "bob", "bob-pw-1")
-    kymas = first.get(f"{web.url}/admin/controlplane/kyma/", timeout=10)
+    kymas = first.get(f"{web.url}/admin/controlplane/kyma/", timeout=30)
     assert kymas.status_code == 200 and "eu-1" in kymas.text and "us-1" not in kymas.text
-    assert first.get(f"{web.url}/admin/controlplane/kyma/{eu.pk}/change/", timeout=10).status_code == 200
+    assert first.get(f"{web.url}/admin/controlplane/kyma/{eu.pk}/change/", timeout=30).status_code == 200
 
     provider.directory.people["bob"].groups = []  # the provider's administrator removes the group
     second = requests.Session()
@@ -116,18 +116,18 @@ def test_logout_ends_every_session_of_the_person(provider: Hydra, web):
     laptop, phone = requests.Session(), requests.Session()
     sign_in(laptop, web.url, "carol", "carol-pw-1")
     sign_in(phone, web.url, "carol", "carol-pw-1")
-    assert phone.get(f"{web.url}/admin/", timeout=10).url == f"{web.url}/admin/"
+    assert phone.get(f"{web.url}/admin/", timeout=30).url == f"{web.url}/admin/"
 
-    page = laptop.get(f"{web.url}/admin/", timeout=10)
+    page = laptop.get(f"{web.url}/admin/", timeout=30)
     token = laptop.cookies["csrftoken"]
     out = laptop.post(
         f"{web.url}/admin/logout/",
         data={"csrfmiddlewaretoken": token},
         headers={"Referer": page.url},
-        timeout=10,
+        timeout=30,
     )
     assert out.status_code == 200
-    assert "/admin/login/" in phone.get(f"{web.url}/admin/", timeout=10).url  # the other one too
+    assert "/admin/login/" in phone.get(f"{web.url}/admin/", timeout=30).url  # the other one too
 
 
 def test_break_glass_password_login_is_loud_and_only_for_superusers(provider: Hydra, web):
@@ -135,7 +135,7 @@ def test_break_glass_password_login_is_loud_and_only_for_superusers(provider: Hy
     get_user_model().objects.create_user("dave", password="dave-password-123", is_staff=True)
     for name, password, lands in (("root", "root-password-123", True), ("dave", "dave-password-123", False)):
         session = requests.Session()
-        form = session.get(f"{web.url}/admin/login/", timeout=10)
+        form = session.get(f"{web.url}/admin/login/", timeout=30)
         assert "Sign in with single sign-on" in form.text and "Break-glass only" in form.text
         answer = session.post(
             f"{web.url}/admin/login/?next=/admin/",
@@ -144,7 +144,7 @@ def test_break_glass_password_login_is_loud_and_only_for_superusers(provider: Hy
                 "password": password,
                 "csrfmiddlewaretoken": session.cookies["csrftoken"],
             },
-            timeout=10,
+            timeout=30,
         )
         assert (answer.url == f"{web.url}/admin/") is lands, (name, answer.url)
     entry = AuditEntry.objects.get(action="login", name="root")

@@ -16,7 +16,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SCANNED = ("kernel", "controlplane", "fleet", "reconciler", "console", "watchers", "pki", "listener", "access")
+SCANNED = (
+    "kernel",
+    "controlplane",
+    "fleet",
+    "reconciler",
+    "console",
+    "watchers",
+    "pki",
+    "listener",
+    "access",
+)
 CONSTRUCTORS = {
     "Counter": "counter",
     "Gauge": "gauge",
