@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from socketserver import ThreadingMixIn
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -45,6 +46,10 @@ class Person:
     email: str = ""
 
 
+class _ThreadedServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
 class _Quiet(WSGIRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -58,7 +63,7 @@ class Directory:
         self.people: dict[str, Person] = {}
         self.logins: list[str] = []  # who signed in, in order (the tests check the provider was asked)
         self.port = free_port()
-        self.server = make_server("127.0.0.1", self.port, self.app, WSGIServer, handler_class=_Quiet)
+        self.server = make_server("127.0.0.1", self.port, self.app, _ThreadedServer, handler_class=_Quiet)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property
