@@ -158,7 +158,7 @@ class RolloutAdmin(AuditHistoryMixin, FilterSetAdmin):
         if request.method != "GET":
             return HttpResponseNotAllowed(["GET"])
         rollout = self._viewable(request, object_id)
-        may_change = request.user.has_perm("controlplane.change_rollout")
+        may_change = self.has_change_permission(request, rollout)  # the scope covers its runtimes
         context = {
             **self.admin_site.each_context(request),
             "title": f"Rollout {rollout.name}",

@@ -66,9 +66,13 @@ class AuditEntryFilterSet(django_filters.FilterSet):
 
 
 class ChangeSerializer(serializers.Serializer):
+    """One change of an entry. ``before`` and ``after`` are any JSON value, null included: their
+    schema is the empty one (``allow_null`` would document them as ``oneOf [any, null]``, which a
+    null breaks, being valid under both)."""
+
     field = serializers.CharField()
-    before = serializers.JSONField(allow_null=True)
-    after = serializers.JSONField(allow_null=True)
+    before = serializers.JSONField(help_text="the value before (any JSON value; null: none)")
+    after = serializers.JSONField(help_text="the value after (any JSON value; null: none)")
 
 
 class AuditEntrySerializer(serializers.ModelSerializer):

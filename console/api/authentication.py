@@ -81,8 +81,9 @@ class ModuleScopedPermissions(StaffModelPermissions):
 
     def has_object_permission(self, request: Request, view: Any, obj: Any) -> bool:
         credential = module_credential(request)
-        if credential is not None:
-            refuse_other_module(credential, f"{view.kind.kind} {obj.key}", obj.module.name)
+        if credential is None:
+            return super().has_object_permission(request, view, obj)
+        refuse_other_module(credential, f"{view.kind.kind} {obj.key}", obj.module.name)
         return True
 
 

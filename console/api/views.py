@@ -17,6 +17,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from access.scope import WatchScope, is_scoped
 from console.api import credentials as credential_views
 from console.api.authentication import ModuleScopedPermissions, module_credential, refuse_other_module
 from fleet.filtersets import (
@@ -36,6 +37,7 @@ from fleet.services import modules as module_services
 from fleet.services import revisions
 from fleet.services import watches as watch_services
 from kernel.api.authentication import ScopedPrincipal
+from kernel.api.permissions import check_documents
 from kernel.api.resources import ERROR_SCHEMA, ResourceReadViewSet, ResourceViewSet, document_schema
 from kernel.documents import registry
 from kernel.documents.schema import schema_errors
@@ -339,7 +341,10 @@ class ModuleConfigViewSet(ModuleScopedViewSet):
         except BaseException:
             watch.CAPACITY.release()
             raise
-        stream = watch.WatchStream(since=since, module=module, slot_id=slot.pk, timeout=timeout, turn=opening)
+        visible = WatchScope(request.user) if credential is None and is_scoped(request.user) else None
+        stream = watch.WatchStream(
+            since=since, module=module, slot_id=slot.pk, timeout=timeout, turn=opening, visible=visible
+        )
         self._stream = stream
         response = StreamingHttpResponse(stream, content_type="application/json;stream=watch")
         response["Cache-Control"] = "no-cache"
@@ -486,6 +491,7 @@ class ApplyView(APIView):
                 wanted = [f"{meta.app_label}.{verb}_{meta.model_name}" for verb in ("add", "change")]
                 if not request.user.has_perms(wanted):
                     raise PermissionDenied(f"you may not apply {kind.plural}")
+        check_documents(request, docs)
         results = registry.apply_documents(docs)
         return Response(
             {

@@ -27,7 +27,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import psycopg
@@ -297,9 +297,12 @@ class WatchStream:
         timeout: float,
         hub: ChangeHub = HUB,
         turn: OpeningTurn | None = None,
+        visible: Callable[[dict[str, Any]], bool] | None = None,
     ) -> None:
         self.since, self.module, self.slot_id, self.timeout, self.hub = since, module, slot_id, timeout, hub
         self.turn = turn
+        # A scoped person's watch: only the ModuleConfigs of Kymas in its scope (access.scope).
+        self.visible = visible or (lambda document: True)
         self.closed = False
         with hub.cond:
             hub.slots.add(slot_id)
@@ -318,7 +321,7 @@ class WatchStream:
             ceiling, changes = changes_after(after, module=self.module)
         finally:
             connection.close()  # no database connection while the watch waits
-        return ceiling, [self._emit(c, after) for c in changes]
+        return ceiling, [self._emit(c, after) for c in changes if self.visible(c.document)]
 
     def _events(self) -> Iterator[bytes]:
         hub = self.hub
@@ -348,7 +351,11 @@ class WatchStream:
                 seen = max(seen, ceiling)
                 continue
             for change in new:
-                if change.revision > seen and (not self.module or change.module == self.module):
+                if (
+                    change.revision > seen
+                    and (not self.module or change.module == self.module)
+                    and self.visible(change.document)
+                ):
                     yield self._emit(change, seen)
             seen = max(seen, position)
             now = time.monotonic()

@@ -7,6 +7,7 @@ number on the dashboard and the list it links to always agree.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from django.db.models import Count, F, IntegerField, QuerySet, Sum, Value
@@ -19,6 +20,15 @@ from fleet.selectors import watcher_q
 from listener.models import WatchEventRecord
 from pki import selectors as pki_selectors
 from pki.metrics import EXPIRING_WITHIN, OVERDUE_AFTER
+
+# Narrows a queryset to what the viewer may see (access.scope.scoped for one user); the identity
+# for the whole fleet.
+Narrow = Callable[[QuerySet], QuerySet]
+
+
+def everything(queryset: QuerySet) -> QuerySet:
+    return queryset
+
 
 WINDOW_MINUTES = 60
 LATENCY_SAMPLE = 2000
@@ -92,23 +102,26 @@ class Latency:
     sample: int
 
 
-def reconcile_latency(since: dt.datetime, limit: int = LATENCY_SAMPLE) -> Latency:
+def reconcile_latency(
+    since: dt.datetime, limit: int = LATENCY_SAMPLE, narrow: Narrow = everything
+) -> Latency:
     """Duration percentiles of the most recent reconciles since ``since`` (at most ``limit``)."""
     durations = sorted(
-        ReconcileRecord.objects.filter(started_at__gte=since)
+        narrow(ReconcileRecord.objects.all())
+        .filter(started_at__gte=since)
         .order_by("-started_at")
         .values_list("duration_ms", flat=True)[:limit]
     )
     return Latency(percentile(durations, 50), percentile(durations, 95), len(durations))
 
 
-def kyma_state_counts() -> dict[str, int]:
-    counts = dict(Kyma.objects.values_list("state").annotate(n=Count("id")).order_by())
+def kyma_state_counts(narrow: Narrow = everything) -> dict[str, int]:
+    counts = dict(narrow(Kyma.objects.all()).values_list("state").annotate(n=Count("id")).order_by())
     return {state: counts.get(state, 0) for state in KymaState.values}
 
 
-def watcher_counts(now: dt.datetime) -> dict[str, int]:
-    return Kyma.objects.aggregate(
+def watcher_counts(now: dt.datetime, narrow: Narrow = everything) -> dict[str, int]:
+    return narrow(Kyma.objects.all()).aggregate(
         **{kind: Count("id", filter=watcher_q(kind, now)) for kind in ("silent", "never")}
     )
 
@@ -144,13 +157,14 @@ class FailingGroup:
 
 
 def failing_by_reason(
-    groups: int = REASONS_SHOWN, per_group: int = PER_REASON_SHOWN
+    groups: int = REASONS_SHOWN, per_group: int = PER_REASON_SHOWN, narrow: Narrow = everything
 ) -> tuple[list[FailingGroup], int]:
     """Kymas in Error grouped by reason, the largest group first, and how many Kymas fall in the
     groups not shown. Two queries whatever the fleet: the counts, and the newest ``per_group`` of
     every shown group at once (a window function ranks them)."""
     counts = list(
-        Kyma.objects.filter(state=KymaState.ERROR)
+        narrow(Kyma.objects.all())
+        .filter(state=KymaState.ERROR)
         .values_list("state_reason")
         .annotate(n=Count("id"))
         .order_by("-n", "state_reason")
@@ -158,7 +172,8 @@ def failing_by_reason(
     shown, rest = counts[:groups], counts[groups:]
     reasons = [reason for reason, _ in shown]
     ranked = (
-        Kyma.objects.filter(state=KymaState.ERROR, state_reason__in=reasons)
+        narrow(Kyma.objects.all())
+        .filter(state=KymaState.ERROR, state_reason__in=reasons)
         .only(*FAILING_FIELDS)
         .annotate(
             rank=Ranked(
@@ -209,22 +224,26 @@ class FleetOverview:
         return sum(self.reconciles)
 
 
-def fleet_overview(now: dt.datetime | None = None) -> FleetOverview:
-    """The dashboard's figures: ten queries, each an aggregate or a short bounded list."""
+def fleet_overview(
+    now: dt.datetime | None = None, *, narrow: Narrow = everything, jobs: QuerySet | None = None
+) -> FleetOverview:
+    """The dashboard's figures: ten queries, each an aggregate or a short bounded list, of the
+    Kymas ``narrow`` leaves (a scoped viewer's), and ``jobs`` (default: everyone's)."""
     now = now or timezone.now()
     window = Window.ending(now)
-    groups, other = failing_by_reason()
+    groups, other = failing_by_reason(narrow=narrow)
+    jobs = Job.objects.all() if jobs is None else jobs
     return FleetOverview(
         now=now,
         window=window,
-        states=kyma_state_counts(),
-        watchers=watcher_counts(now),
-        events=per_minute(WatchEventRecord.objects.all(), "received_at", window, total="count"),
-        reconciles=per_minute(ReconcileRecord.objects.all(), "started_at", window),
-        latency=reconcile_latency(window.start),
-        certificates_expiring=pki_selectors.certificates_expiring(EXPIRING_WITHIN, now).count(),
-        renewals_overdue=pki_selectors.renewals_overdue(OVERDUE_AFTER, now).count(),
-        jobs=list(Job.objects.select_related("created_by").defer("log")[:JOBS_SHOWN]),
+        states=kyma_state_counts(narrow),
+        watchers=watcher_counts(now, narrow),
+        events=per_minute(narrow(WatchEventRecord.objects.all()), "received_at", window, total="count"),
+        reconciles=per_minute(narrow(ReconcileRecord.objects.all()), "started_at", window),
+        latency=reconcile_latency(window.start, narrow=narrow),
+        certificates_expiring=narrow(pki_selectors.certificates_expiring(EXPIRING_WITHIN, now)).count(),
+        renewals_overdue=narrow(pki_selectors.renewals_overdue(OVERDUE_AFTER, now)).count(),
+        jobs=list(jobs.select_related("created_by").defer("log")[:JOBS_SHOWN]),
         failing_groups=groups,
         failing_other=other,
     )

@@ -9,11 +9,13 @@ from urllib.parse import urlencode
 
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from fleet.models import KymaState, RolloutState
+from access.scope import is_scoped, scope_of, scoped
+from fleet.models import Job, KymaState, RolloutState
 from fleet.rollouts.selectors import rollouts_under_way
 from fleet.selectors import watcher_silent_after
 
@@ -121,9 +123,9 @@ def fleet_context(overview: selectors.FleetOverview) -> dict[str, Any]:
     }
 
 
-def rollouts_context() -> dict[str, Any]:
+def rollouts_context(narrow: selectors.Narrow = selectors.everything) -> dict[str, Any]:
     """Rollouts under way (halted and paused first), with the halted count for the card."""
-    rows = rollouts_under_way()
+    rows = rollouts_under_way(narrow=narrow)
     return {
         "rollouts": rows,
         "rollouts_halted": sum(1 for row in rows if row.rollout.state == RolloutState.HALTED),
@@ -131,13 +133,21 @@ def rollouts_context() -> dict[str, Any]:
 
 
 def fleet_dashboard(request: HttpRequest) -> TemplateResponse:
-    """Staff only (the admin's login wraps it) and only for those who may see Kymas."""
+    """Staff only (the admin's login wraps it) and only for those who may see Kymas; a scoped
+    user's figures count only its Kymas (and its own jobs), and link to lists scoped alike."""
     if not request.user.has_perm("controlplane.view_kyma"):
         raise PermissionDenied
+    user = request.user
+
+    def narrow(queryset: QuerySet) -> QuerySet:
+        return scoped(user, queryset)
+
+    jobs = Job.objects.filter(created_by=user) if is_scoped(user) else None
     context = {
         **admin.site.each_context(request),
         "title": "Fleet dashboard",
-        **fleet_context(selectors.fleet_overview()),
-        **rollouts_context(),
+        **fleet_context(selectors.fleet_overview(narrow=narrow, jobs=jobs)),
+        **rollouts_context(narrow),
+        "scope": scope_of(user).describe() if is_scoped(user) else "",
     }
     return TemplateResponse(request, "dashboard/fleet.html", context)

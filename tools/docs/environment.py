@@ -35,6 +35,7 @@ SCANNED = (
     "watchers",
     "pki",
     "listener",
+    "access",
     "deploy/gunicorn",
 )
 NOT_SCANNED = ("watchers/runtime", "/migrations/")
