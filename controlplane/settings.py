@@ -749,6 +749,24 @@ RUNTIME_FIELD_MANAGER: str = env.str("RUNTIME_FIELD_MANAGER", default="kyma-cont
 #: Runtime clients (each with its kept-alive connection) cached per worker process, least recently used
 #: dropped: about 20 KiB each, so 10,000 cost ~200 MiB per process.
 RUNTIME_CLIENT_CACHE: int = env.int("RUNTIME_CLIENT_CACHE", default=1000)
+#: Requests per second each worker process sends one runtime's API server at most, in the steady state
+#: (upstream's `k8s-skr-client-qps`): a runaway reconcile cannot flood a runtime. A request over the rate
+#: waits its turn (counted in `controlplane_runtime_requests_throttled_total`). 0: no limit.
+RUNTIME_CLIENT_QPS: float = env.float("RUNTIME_CLIENT_QPS", default=50)
+#: Requests a runtime's client may send at once above `RUNTIME_CLIENT_QPS` before it waits (upstream's
+#: `k8s-skr-client-burst`).
+RUNTIME_CLIENT_BURST: int = env.int("RUNTIME_CLIENT_BURST", default=100)
+if RUNTIME_CLIENT_QPS < 0 or RUNTIME_CLIENT_BURST < 1:
+    raise ImproperlyConfigured(
+        "RUNTIME_CLIENT_QPS must be 0 (no limit) or more, RUNTIME_CLIENT_BURST 1 or more"
+    )
+#: Seconds after a Kyma's deletion began when what a finalizer still holds in its runtime (a module CR whose
+#: operator is gone) is purged: its finalizers removed so the deletion completes (upstream's
+#: `purge-finalizer-timeout`).
+KYMA_PURGE_AFTER: float = env.float("KYMA_PURGE_AFTER", default=300)
+#: Comma-separated CRD names (`<plural>.<group>`, shell patterns: `*.helm.cattle.io`) whose objects are
+#: never purged: a Kyma's deletion waits for them (upstream's `skip-finalizer-purging-for`).
+KYMA_PURGE_SKIP: list[str] = env.list("KYMA_PURGE_SKIP", default=[])
 #: Seconds between checks of the runtime objects whose drift can wait (CRD, PriorityClass, NetworkPolicies,
 #: Services), and longest a periodic or targeted reconcile with a live runtime watcher trusts its events
 #: instead of reading the runtime's Kyma and module CRs; the watcher's Secret, Deployment and webhooks and

@@ -11,6 +11,7 @@ real cluster has beyond those, a scheduler, kubelets and a pod network, is what
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import json
 import shutil
 import socket
@@ -106,6 +107,7 @@ class AuditEvent:
     code: int
     uri: str
     user_agent: str = ""
+    at: float = 0.0  # when the server received it (seconds since the epoch)
 
     @property
     def write(self) -> bool:
@@ -114,6 +116,14 @@ class AuditEvent:
     @property
     def read(self) -> bool:
         return self.verb in ("get", "list")
+
+
+def _seconds(stamp: str) -> float:
+    """An audit timestamp (RFC 3339, microseconds) as seconds since the epoch (0: none)."""
+    try:
+        return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
 
 
 class RealRuntime:
@@ -259,6 +269,7 @@ class RealRuntime:
                     code=(entry.get("responseStatus") or {}).get("code", 0),
                     uri=entry.get("requestURI", ""),
                     user_agent=entry.get("userAgent", ""),
+                    at=_seconds(entry.get("requestReceivedTimestamp", "")),
                 )
             )
         return events

@@ -8,7 +8,19 @@ from collections.abc import Iterator
 from django.db.models import Count
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from fleet.models import DriftCount, Kyma, KymaState, Rollout, RolloutState, RolloutTarget, TargetState
+from fleet.models import (
+    DriftCount,
+    FleetCounter,
+    Kyma,
+    KymaState,
+    Module,
+    ModuleConfig,
+    Rollout,
+    RolloutState,
+    RolloutTarget,
+    TargetState,
+)
+from fleet.models.records import PURGES, THROTTLED_MILLISECONDS, THROTTLED_REQUESTS
 from fleet.models.rollout import ACTIVE_STATES, RELEASED_STATES
 from fleet.queue.marks import flags
 
@@ -31,7 +43,57 @@ def collect() -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
     for kind, total in DriftCount.objects.values_list("kind", "total").order_by("kind"):
         drift.add_metric([kind], total)
     yield drift
+    yield from counters()
+    yield from mandatory_modules()
     yield from rollouts()
+
+
+def counters() -> Iterator[CounterMetricFamily]:
+    """The fleet-wide counters reconciles keep (one query)."""
+    totals = dict(FleetCounter.objects.filter(label="").values_list("name", "total"))
+    throttled = CounterMetricFamily(
+        "controlplane_runtime_requests_throttled",
+        "Requests to runtimes that waited for their client's rate limit "
+        "(RUNTIME_CLIENT_QPS, RUNTIME_CLIENT_BURST)",
+    )
+    throttled.add_metric([], totals.get(THROTTLED_REQUESTS, 0))
+    yield throttled
+    waited = CounterMetricFamily(
+        "controlplane_runtime_throttled_seconds",
+        "Seconds requests to runtimes waited for their client's rate limit, in all",
+    )
+    waited.add_metric([], totals.get(THROTTLED_MILLISECONDS, 0) / 1000)
+    yield waited
+    purges = CounterMetricFamily(
+        "lifecycle_mgr_purgectrl_requests",
+        "Kyma deletions that purged what a finalizer held in the runtime after KYMA_PURGE_AFTER "
+        "(upstream's name)",
+    )
+    purges.add_metric([], totals.get(PURGES, 0))
+    yield purges
+
+
+def mandatory_modules() -> Iterator[GaugeMetricFamily]:
+    """Upstream's mandatory-module metrics (two queries): how many there are, and each one's
+    state in each runtime that holds it (its manager's report; Processing until it reports).
+    Upstream sets a series per state (1 for the current one, 0 for the others); only the current
+    one is exported here (value 1), one series per runtime and module, which reads alike with
+    ``== 1``."""
+    count = GaugeMetricFamily("lifecycle_mgr_mandatory_modules", "Mandatory modules in the catalog")
+    count.add_metric([], Module.objects.filter(mandatory=True, deletion_timestamp__isnull=True).count())
+    yield count
+    states = GaugeMetricFamily(
+        "lifecycle_mgr_mandatory_module_state",
+        "State of a mandatory module in a runtime (1: the state it is in)",
+        labels=["module_name", "kyma_name", "state"],
+    )
+    rows = ModuleConfig.objects.filter(module__mandatory=True).values_list(
+        "module__name", "kyma__name", "status"
+    )
+    for module, kyma, status in rows.order_by("module__name", "kyma__name"):
+        state = (status or {}).get("state") if isinstance(status, dict) else None
+        states.add_metric([module, kyma, state or KymaState.PROCESSING], 1)
+    yield states
 
 
 def rollouts() -> Iterator[GaugeMetricFamily]:

@@ -43,6 +43,20 @@ FAILED_VERIFICATION = Counter(
     "Requests whose client certificate was missing, untrusted or not allowed",
     ["reason"],
 )
+# Every reason a request can be refused for (listener.identity's IdentityError reasons, and a valid
+# certificate for another runtime), each series at 0 from the start: upstream's metric name is on a
+# fresh listener's /metrics, as every upstream name is, not only after the first refusal.
+VERIFICATION_REASONS = (
+    "missing",
+    "empty-cn",
+    "untrusted",
+    "unreadable",
+    "header-too-long",
+    "untrusted-proxy",
+)
+VERIFICATION_REASONS += ("not-allowed",)
+for _reason in VERIFICATION_REASONS:
+    FAILED_VERIFICATION.labels(reason=_reason)
 EVENTS = Counter(
     "watcher_listener_events_total", "Accepted WatchEvents by component and outcome", ["component", "outcome"]
 )

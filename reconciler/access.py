@@ -46,43 +46,39 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from fleet.k8s.ownership import MANAGED_BY_LABEL, MANAGED_BY_VALUE, MANAGED_SELECTOR, UPSTREAM_MANAGER
 from fleet.models import Module
 from fleet.models.manifest_policy import ANY, BUILTIN_SCOPES
-from watchers.rendering import NAME, PRIORITY_CLASS_NAME
 
-from .catalog_crds import module_release_meta_crd, module_template_crd
-from .kyma_crd import CRD_NAME, MANAGED_BY_LABEL
-from .kyma_crd import GROUP as KYMA_GROUP
+from .registry import READ, WRITE
 from .runtime_kyma import NAMESPACE as KYMA_NAMESPACE  # the runtime watcher's namespace too
+from .steps import REGISTRY
 
 ACCESS_NAMESPACE = "kyma-control-plane"
 ACCOUNT = "kyma-control-plane"
 TOKEN_SECRET = f"{ACCOUNT}-token"
 GUARD = f"{ACCOUNT}-guard"
 LABELS = {"app.kubernetes.io/name": "kyma-control-plane", "app.kubernetes.io/component": "runtime-access"}
-WRITE = ["create", "patch", "update", "delete"]
-READ = ["get", "list", "watch"]
 # Namespaces the identity may create but never change or delete, whatever rules a module adds.
 PROTECTED_NAMESPACES = (KYMA_NAMESPACE, ACCESS_NAMESPACE)
 # The ``managed-by`` label values of objects the control plane may change: its own, and
 # upstream's lifecycle-manager's, whose objects it takes over (``watchers.rendering``).
-OWNER_LABELS = ("kyma", "lifecycle-manager")
+OWNER_LABELS = (MANAGED_BY_VALUE, UPSTREAM_MANAGER)
 
-# In a namespace the control plane manages: (API group, resources, verbs). The runtime watcher's
-# Secret, Services, Deployment and NetworkPolicies; its pods, read for their readiness; the
-# runtime's Kyma, the catalog's mirror and the module CRs (and their status), all in Kyma's own API
-# group; and the namespaced kinds modules' manifests hold (their operators' workloads).
-NAMESPACED_KINDS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
-    ("", ("configmaps", "secrets", "services", "serviceaccounts", "persistentvolumeclaims"), (*READ, *WRITE)),
-    ("", ("pods",), tuple(READ)),
-    ("apps", ("deployments", "statefulsets", "daemonsets"), (*READ, *WRITE)),
-    ("batch", ("jobs", "cronjobs"), (*READ, *WRITE)),
-    ("autoscaling", ("horizontalpodautoscalers",), (*READ, *WRITE)),
-    ("policy", ("poddisruptionbudgets",), (*READ, *WRITE)),
-    ("networking.k8s.io", ("networkpolicies",), (*READ, *WRITE)),
-    ("rbac.authorization.k8s.io", ("roles", "rolebindings"), (*READ, *WRITE)),
-    (KYMA_GROUP, ("*",), (*READ, *WRITE)),
-)
+
+def _namespaced_kinds() -> tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]:
+    return tuple(
+        (rule["apiGroups"][0], tuple(rule["resources"]), tuple(rule["verbs"]))
+        for rule in REGISTRY.rules(cluster=False)
+    )
+
+
+# In a namespace the control plane manages: (API group, resources, verbs), the registry's kinds'
+# rules merged (:mod:`.steps`): the runtime watcher's Secret, Services, Deployment and
+# NetworkPolicies; its pods, read for their readiness; the runtime's Kyma, the catalog's mirror
+# and the module CRs (and their status), all in Kyma's own API group; and the namespaced kinds
+# modules' manifests hold (their operators' workloads).
+NAMESPACED_KINDS = _namespaced_kinds()
 
 
 def _meta(name: str, namespace: str | None = None) -> dict[str, Any]:
@@ -100,33 +96,9 @@ def _named(group: str, resource: str, name: str, verbs: list[str]) -> dict[str, 
     return {"apiGroups": [group], "resources": [resource], "resourceNames": [name], "verbs": verbs}
 
 
-def owned_crds() -> list[str]:
-    """The CRDs the reconciler writes into a runtime: the Kyma's and the catalog mirror's."""
-    return [CRD_NAME, *(crd()["metadata"]["name"] for crd in (module_template_crd, module_release_meta_crd))]
-
-
 def cluster_rules() -> list[dict[str, Any]]:
-    """Cluster-wide: only what the control plane owns, by name."""
-    return [
-        {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": READ},
-        {
-            "apiGroups": ["apiextensions.k8s.io"],
-            "resources": ["customresourcedefinitions"],
-            "resourceNames": owned_crds(),
-            "verbs": ["create", "patch", "update"],
-        },
-        # patch: a server-side apply that creates it is a patch, authorized as create too; the
-        # guard refuses it once the namespace exists (the reconciler only ever creates it).
-        _named("", "namespaces", KYMA_NAMESPACE, ["get", "create", "patch"]),
-        {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["list"]},
-        _named("scheduling.k8s.io", "priorityclasses", PRIORITY_CLASS_NAME, ["get", *WRITE]),
-        {
-            "apiGroups": ["admissionregistration.k8s.io"],
-            "resources": ["validatingwebhookconfigurations"],
-            "verbs": ["list"],
-        },
-        _named("admissionregistration.k8s.io", "validatingwebhookconfigurations", NAME, ["get", *WRITE]),
-    ]
+    """Cluster-wide: only what the control plane owns, by name (the registry's kinds' rules)."""
+    return REGISTRY.rules(cluster=True)
 
 
 def namespace_rules() -> list[dict[str, Any]]:
@@ -155,7 +127,7 @@ def guard_manifests(field_manager: str = ACCOUNT) -> list[dict[str, Any]]:
     )
     labelled = (
         f"object != null && has(object.metadata.labels) && '{MANAGED_BY_LABEL}' in object.metadata.labels"
-        f" && object.metadata.labels['{MANAGED_BY_LABEL}'] == 'kyma'"
+        f" && object.metadata.labels['{MANAGED_BY_LABEL}'] == '{MANAGED_BY_VALUE}'"
     )
     token_secret = (
         "object != null && request.resource.group == '' && request.resource.resource == 'secrets'"
@@ -165,7 +137,7 @@ def guard_manifests(field_manager: str = ACCOUNT) -> list[dict[str, Any]]:
         {
             "expression": f"request.operation != 'CREATE' || ({labelled})",
             "reason": "Forbidden",
-            "message": f"the control plane creates only objects labelled {MANAGED_BY_LABEL}=kyma",
+            "message": f"the control plane creates only objects labelled {MANAGED_SELECTOR}",
         },
         {
             "expression": "request.operation == 'CREATE' || variables.owned",
@@ -322,7 +294,10 @@ def module_manifests(modules: Iterable[Module]) -> list[dict[str, Any]]:
         cluster: list[dict[str, Any]] = []
         if ANY in namespaces:
             # "any namespace": the policy's own choice; its kinds in every namespace.
-            cluster += [*namespace_rules(), {"apiGroups": [""], "resources": ["namespaces"], "verbs": READ}]
+            cluster += [
+                *namespace_rules(),
+                {"apiGroups": [""], "resources": ["namespaces"], "verbs": list(READ)},
+            ]
         for namespace in sorted(namespaces - {ANY}):
             rules = _module_rules(module, namespace)
             if not rules:

@@ -20,12 +20,12 @@ from typing import Any
 from django.conf import settings
 
 from fleet.k8s.client import ObjectKey, Permanent
+from fleet.k8s.ownership import MANAGED_SELECTOR, field_manager
 from kernel.documents.hashing import HASH_ANNOTATION, carries_hash
 
 from .context import ReconcileContext
 from .drift import describe, drifted
 
-MANAGED_SELECTOR = "operator.kyma-project.io/managed-by=kyma"
 TAKE_OVER_TRIES = 3
 
 
@@ -56,13 +56,15 @@ def read(
     return ctx.client.get(api_version, kind, name, namespace)
 
 
-def prefetch(ctx: ReconcileContext, docs: Iterable[dict[str, Any]]) -> None:
+def prefetch(ctx: ReconcileContext, docs: Iterable[dict[str, Any]], *, known: bool = False) -> None:
     """Read objects of one kind and namespace with one labelled list when there are several (all
-    carry our managed-by label); :func:`live_object` then answers from it."""
+    carry our managed-by label); :func:`live_object` then answers from it. Objects never seen in
+    place are left out (:func:`never_seen`), unless the caller ``known`` them to have been applied
+    (a SyncResource's manifests: its own record says so)."""
     groups: dict[tuple[str, str, str], list[ObjectKey]] = defaultdict(list)
     for doc in docs:
         key = key_of(doc)
-        if key not in ctx.listed and not never_seen(ctx, doc):
+        if key not in ctx.listed and (known or not never_seen(ctx, doc)):
             groups[key[:3]].append(key)
     for (api_version, kind, namespace), keys in groups.items():
         if len(keys) < 2:
@@ -94,9 +96,10 @@ def verified_recently(ctx: ReconcileContext, key: str, digest: str) -> bool:
 
 
 def needs_check(ctx: ReconcileContext, doc: dict[str, Any]) -> bool:
-    """Whether a check that can wait is due: the object was never seen holding this content, or
-    longer than ``RUNTIME_RECHECK_INTERVAL`` ago."""
-    return not verified_recently(ctx, "|".join(key_of(doc)), digest_of(doc))
+    """Whether a check that can wait is due: in a full reconcile (which reads every kind) always,
+    else when the object was never seen holding this content, or longer than
+    ``RUNTIME_RECHECK_INTERVAL`` ago."""
+    return ctx.full or not verified_recently(ctx, "|".join(key_of(doc)), digest_of(doc))
 
 
 def _verified(ctx: ReconcileContext, doc: dict[str, Any], *, every_time: bool = False) -> None:
@@ -189,7 +192,7 @@ def take_over(
 
 def _ours(entry: dict[str, Any]) -> bool:
     return (
-        entry.get("manager") == settings.RUNTIME_FIELD_MANAGER
+        entry.get("manager") == field_manager()
         and entry.get("operation") == "Apply"
         and not entry.get("subresource")
     )

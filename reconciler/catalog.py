@@ -25,13 +25,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from fleet.k8s.client import Gone
+from fleet.k8s.ownership import MANAGED_BY_LABEL, MANAGED_BY_VALUE, MANAGED_SELECTOR
 from fleet.models import Module
 from kernel.documents.hashing import stamped
 
-from .apply import MANAGED_SELECTOR, apply_if_changed, key_of, needs_check, never_seen, prefetch
+from .apply import apply_if_changed, key_of, needs_check, never_seen, prefetch
 from .catalog_crds import VERSION, module_release_meta_crd, module_template_crd
 from .context import ReconcileContext
-from .kyma_crd import GROUP, MANAGED_BY_LABEL
+from .kyma_crd import GROUP
 
 NAMESPACE = "kyma-system"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -50,7 +51,7 @@ def _metadata(name: str, module: str) -> dict[str, Any]:
     return {
         "name": name,
         "namespace": NAMESPACE,
-        "labels": {MANAGED_BY_LABEL: "kyma", MODULE_NAME_LABEL: module},
+        "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE, MODULE_NAME_LABEL: module},
     }
 
 
@@ -86,6 +87,8 @@ def desired(ctx: ReconcileContext) -> list[dict[str, Any]]:
     """The runtime's catalog as it should be (stamped), this runtime's own versions included."""
     docs = []
     for module in sorted(ctx.catalog().values(), key=lambda m: m.name):
+        if module.mandatory or module.is_deleting:
+            continue  # upstream does not mirror mandatory modules: no runtime's user chooses them
         channels = {
             channel: version
             for channel in sorted(module.channels)
@@ -96,6 +99,11 @@ def desired(ctx: ReconcileContext) -> list[dict[str, Any]]:
         docs.append(stamped(module_release_meta(module, channels)))
         docs.extend(stamped(module_template(module, version)) for version in sorted(set(channels.values())))
     return docs
+
+
+def render(ctx: ReconcileContext) -> list[dict[str, Any]]:
+    """What this step wants in the runtime: the mirror's CRDs, then the mirror."""
+    return [*crds(), *desired(ctx)]
 
 
 def crds() -> list[dict[str, Any]]:
@@ -154,12 +162,17 @@ def _delete(ctx: ReconcileContext, keys: Iterable[str]) -> None:
         ctx.change("removed", resource=f"{kind} {namespace}/{name}", action="deleted (left the catalog)")
 
 
-def remove(ctx: ReconcileContext) -> None:
-    """On Kyma deletion: the mirrored catalog goes (one list per kind)."""
+def remove(ctx: ReconcileContext) -> list[tuple[str, str, str, str]]:
+    """On Kyma deletion: the mirrored catalog goes (one list per kind); returns what a
+    finalizer still holds."""
+    left = []
     for kind in KINDS:
         try:
             items = ctx.client.list(API_VERSION, kind, NAMESPACE, labels=MANAGED_SELECTOR)
         except Gone:
             continue  # the CRD is not there: neither is anything of it
         for item in items:
-            ctx.client.delete(API_VERSION, kind, item["metadata"]["name"], NAMESPACE)
+            name = item["metadata"]["name"]
+            if ctx.client.delete_pending(API_VERSION, kind, name, NAMESPACE) is not None:
+                left.append((API_VERSION, kind, NAMESPACE, name))
+    return left

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from fleet.k8s.ownership import managed_by
 from fleet.models.module import VERSION_SCHEMA
 from kernel.documents import schema
 
-from .kyma_crd import GROUP, MANAGED_BY_LABEL, structural
+from .kyma_crd import GROUP, structural
 
 VERSION = "v1beta2"
 MODULE_NAME = schema.string(pattern=schema.DNS_LABEL, max_length=64)
@@ -145,7 +146,7 @@ def _crd(kind: str, plural: str, short: str, spec: dict[str, Any]) -> dict[str, 
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.{GROUP}", "labels": {MANAGED_BY_LABEL: "kyma"}},
+        "metadata": {"name": f"{plural}.{GROUP}", "labels": managed_by()},
         "spec": {
             "group": GROUP,
             "names": {

@@ -78,6 +78,10 @@ class ReconcileContext:
     client: RuntimeClient | None = None
     conditions: dict[str, tuple[str, str, str]] = field(default_factory=dict)
     modules: list[ModuleOutcome] = field(default_factory=list)
+    mandatory: list[ModuleOutcome] = field(default_factory=list)  # not in the Kyma's status (upstream)
+    owned_left: dict[str, dict[str, Any]] | None = None  # a deletion: module CRs still there
+    changed_configs: list[int] = field(default_factory=list)  # whose managers are notified
+    runtime_kyma: dict[str, Any] | None = None  # the runtime's Kyma as its step read it (None: not read)
     fatal: str = ""  # a reason that makes the whole Kyma Error (unreachable, no kubeconfig, ...)
     messages: list[str] = field(default_factory=list)
     heartbeat: Any = None  # callable extending the lease between steps
@@ -89,6 +93,9 @@ class ReconcileContext:
     events_trusted: bool = False
     # Every request said what changed: what no event covers waits for beat's sweep (engine).
     targeted: bool = False
+    # Read and repair every kind the control plane owns in the runtime, whatever was verified
+    # when (a user's "reconcile now", a spec change, an event about the control plane's objects).
+    full: bool = True
     named: set[tuple[str, str, str, str]] = field(default_factory=set)  # objects its events named
     dropped: set[str] = field(default_factory=set)  # condition types that no longer apply
     recheck_at: dt.datetime | None = None  # reconcile again no later than this

@@ -6,7 +6,8 @@ fields we manage with the live object says whether someone changed them in the r
 exactly the fields of the document we apply (server-side apply's rule), so the comparison walks the
 desired document: every field in it must have the same value in the live object; fields the API
 server or other managers added (defaults, ``status``, other labels) are not ours and never count.
-Lists compare element by element and must have the same length (a removed webhook is drift).
+Lists compare element by element and must have the same length (a removed webhook is drift). A
+``false`` we set and the API server leaves out of its answer (Go's ``omitempty``) is no drift.
 What differs is applied again with server-side apply, counted in
 ``controlplane_drift_corrected_total{kind}`` and recorded with the reconcile (the Kyma timeline).
 """
@@ -27,6 +28,8 @@ _IDENTITY = frozenset({"apiVersion", "kind", "metadata"})
 
 
 def _differs(desired: Any, live: Any) -> bool:
+    if desired is False and live is None:
+        return False  # omitempty: a false field is left out (a PriorityClass's globalDefault)
     if isinstance(desired, dict):
         if not isinstance(live, dict):
             return True

@@ -3,7 +3,8 @@
 Desired state comes from the database, actual state from the runtime; only differences are
 written to the runtime, and the Kyma's status is written once at the end, and only when it
 changed. Steps, in order: the runtime's namespace and Kyma CRD, the runtime's Kyma (both ways),
-the runtime watcher (certificate, Secret, Service, Deployment, webhooks), modules, SyncResources.
+the runtime watcher (certificate, Secret, Service, Deployment, webhooks), modules, the module
+catalog's mirror, SyncResources: the registry's steps in their order (:mod:`.steps`).
 A Kyma being deleted runs the cleanup instead (see :mod:`.deletion`); a paused one (upstream's
 skip-reconciliation label) is left alone (see :mod:`.pause`).
 """
@@ -23,18 +24,10 @@ from fleet.k8s.client import ObjectKey, Permanent, RuntimeAPIError, Temporary, c
 from fleet.models import Kyma
 from fleet.selectors import watcher_heard_recently
 
-from . import (
-    catalog,
-    deletion,
-    modules,
-    pause,
-    runtime_kyma,
-    sync_resources,
-    watcher_heartbeat,
-    watcher_resources,
-)
-from .context import FALSE, TRUE, ReconcileContext
+from . import deletion, pause
+from .context import FALSE, ReconcileContext
 from .status import Outcome, finish, with_finalizer
+from .steps import REGISTRY
 
 # Published by its stable name: the task module sits above the reconciler.
 NOTIFY_TASK = "controlplane.notify_module_managers"
@@ -57,22 +50,26 @@ def _runtime_steps(ctx: ReconcileContext) -> None:
         # Before the first write into the runtime: deleting the Kyma must clean it up.
         kyma.finalizers = finalizers
         Kyma.objects.filter(pk=kyma.pk).update(finalizers=kyma.finalizers)
-    runtime_kyma.ensure_crd(ctx)
-    live = runtime_kyma.sync(ctx)
-    ctx.condition("Runtime", TRUE, "Reachable", "the runtime's API server answers")
-    ctx.step()
-    if not watcher_resources.left_as_is(ctx):
-        watcher_resources.sync(ctx, watcher_resources.active_watchers())
-    watcher_heartbeat.evaluate(ctx)
-    ctx.step()
-    changed_configs = modules.sync(ctx)
-    ctx.step()
-    catalog.sync(ctx)
-    ctx.step()
-    sync_resources.sync(ctx)
-    if changed_configs:
-        current_app.send_task(NOTIFY_TASK, args=[changed_configs])
-    ctx.remote_kyma, ctx.remote_kyma_unread = live, live is None
+    for step in REGISTRY.in_order():
+        step.sync(ctx)
+        ctx.step()
+    if ctx.changed_configs:
+        current_app.send_task(NOTIFY_TASK, args=[ctx.changed_configs])
+    ctx.remote_kyma, ctx.remote_kyma_unread = ctx.runtime_kyma, ctx.runtime_kyma is None
+
+
+def reads_everything(kyma: Kyma, scope: Scope, named: Collection[ObjectKey]) -> bool:
+    """Whether a reconcile reads and repairs every kind the control plane owns in the runtime,
+    whatever was verified when: a full one (a user's "reconcile now", a job, an event that did
+    not say what changed), one after a spec change the runtime has not seen reconciled, and one
+    whose events named an object the control plane owns there (the runtime's Kyma, a
+    PriorityClass, a NetworkPolicy: :mod:`.steps`), not a module CR (the user's)."""
+    if scope == Scope.FULL or kyma.generation != kyma.observed_generation:
+        return True
+    return any(
+        (owner := REGISTRY.owner_of(api_version, kind, name)) is not None and owner.name != "modules"
+        for api_version, kind, _, name in named
+    )
 
 
 def kyma_reconcile(
@@ -111,11 +108,8 @@ def kyma_reconcile(
     ctx = ReconcileContext(kyma=kyma, now=now or timezone.now(), heartbeat=heartbeat, lease_owner=lease_owner)
     ctx.listed.update(seen or {})
     ctx.named = {*named, *(seen or {})}
-    ctx.events_trusted = (
-        scope != Scope.FULL
-        and kyma.generation == kyma.observed_generation
-        and watcher_heard_recently(kyma.watcher_last_seen_at, ctx.now)
-    )
+    ctx.full = reads_everything(kyma, scope, ctx.named)
+    ctx.events_trusted = not ctx.full and watcher_heard_recently(kyma.watcher_last_seen_at, ctx.now)
     # (another kubeconfig: what was seen is of another cluster, so nothing is left to beat's sweep)
     ctx.targeted = ctx.events_trusted and scope == Scope.TARGETED and ctx.same_cluster
     if kyma.is_deleting:

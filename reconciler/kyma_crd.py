@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from fleet.k8s.ownership import managed_by
 from fleet.models.kyma import CHANNEL_SCHEMA, MODULE_DEFAULTS, MODULE_SCHEMA, KymaState
 from kernel.documents import schema
 
@@ -24,7 +25,6 @@ VERSION = "v1beta2"
 KIND = "Kyma"
 PLURAL = "kymas"
 CRD_NAME = f"{PLURAL}.{GROUP}"
-MANAGED_BY_LABEL = "operator.kyma-project.io/managed-by"
 
 # JSON-Schema keywords a CRD's schema also knows; anything else in our schemas is refused, never dropped.
 _KEPT = frozenset(
@@ -211,7 +211,7 @@ def kyma_crd() -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": CRD_NAME, "labels": {MANAGED_BY_LABEL: "kyma"}},
+        "metadata": {"name": CRD_NAME, "labels": managed_by()},
         "spec": {
             "group": GROUP,
             "names": {"kind": KIND, "listKind": f"{KIND}List", "plural": PLURAL, "singular": "kyma"},

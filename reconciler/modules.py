@@ -21,15 +21,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from fleet.k8s.client import Exists, Gone
-from fleet.models import KymaState, Module, ModuleConfig
+from fleet.k8s.ownership import MANAGED_BY
+from fleet.models import KymaState, Module, ModuleConfig, SyncResource
+from fleet.models.module import MANDATORY_LABEL, highest, version_key
 from fleet.services import modules as module_services
 from kernel.documents.hashing import document_hash
+from kernel.services import deletion_begin
 from kernel.timefmt import display
 
 from .apply import key_of, read, resource_name, verified_recently
 from .context import FALSE, TRUE, ModuleOutcome, ReconcileContext
-
-MANAGED_BY = {"operator.kyma-project.io/managed-by": "kyma"}
 
 
 def module_resource(module: Module, kyma_runtime_id: str) -> dict[str, Any]:
@@ -40,6 +41,7 @@ def module_resource(module: Module, kyma_runtime_id: str) -> dict[str, Any]:
         **MANAGED_BY,
         "operator.kyma-project.io/module-name": module.name,
         "kyma-project.io/runtime-id": kyma_runtime_id,
+        **({MANDATORY_LABEL: "true"} if module.mandatory else {}),
     }
     return doc
 
@@ -65,8 +67,9 @@ def _state_of(config: ModuleConfig | None, live: dict[str, Any]) -> tuple[str, s
 
 
 def sync(ctx: ReconcileContext) -> list[int]:
-    """Reconcile every module of the Kyma; returns ids of ModuleConfigs that changed whose
-    manager gets notifications (:attr:`Module.notifies`; the others watch or poll)."""
+    """Reconcile every module of the Kyma, and every mandatory module of the catalog; returns ids
+    of ModuleConfigs that changed whose manager gets notifications (:attr:`Module.notifies`; the
+    others watch or poll)."""
     kyma = ctx.kyma
     entries = kyma.module_entries()
     catalog = ctx.catalog()
@@ -77,11 +80,16 @@ def sync(ctx: ReconcileContext) -> list[int]:
         name = entry["name"]
         module = catalog.get(name)
         channel = entry.get("channel") or kyma.channel
-        if module is None:
+        if module is None or module.is_deleting:
             missing.append(name)
             ctx.modules.append(
                 ModuleOutcome(name, KymaState.ERROR, channel, message="not in the module catalog")
             )
+            continue
+        if module.mandatory:
+            # Upstream finds no template of a mandatory module in any channel: a Warning.
+            message = f"{name} is a mandatory module: every runtime gets it, whatever spec.modules says"
+            ctx.modules.append(ModuleOutcome(name, KymaState.WARNING, channel, message=message))
             continue
         version = ctx.targets.module_version(module, channel)
         if version is None:
@@ -99,6 +107,9 @@ def sync(ctx: ReconcileContext) -> list[int]:
             ctx.modules.append(ModuleOutcome(name, KymaState.READY, channel, version, "not managed"))
             continue
         config = configs.get(module.pk)
+        refused = downgrade(ctx, module, channel, version, config)
+        if refused is not None:
+            version = refused.installed
         version, held = _maintenance(ctx, module, version, config)
         outcome = _one(ctx, module, entry, channel, version, config, changed)
         outcome.policy = entry.get("customResourcePolicy", "CreateAndDelete")
@@ -108,6 +119,12 @@ def sync(ctx: ReconcileContext) -> list[int]:
                 outcome.maintenance = True
             else:
                 outcome.state = KymaState.ERROR
+        if refused is not None:  # upstream: the module's last status, as a Warning saying why
+            outcome.state, outcome.message, outcome.channel = (
+                KymaState.WARNING,
+                refused.message,
+                refused.channel,
+            )
         ctx.modules.append(outcome)
     if missing:
         ctx.condition(
@@ -115,13 +132,88 @@ def sync(ctx: ReconcileContext) -> list[int]:
         )
     else:
         ctx.condition("ModuleCatalog", TRUE, "Ready", "every module is in the catalog")
-    _remove_dropped(ctx, {e["name"] for e in entries}, configs)
+    mandatory = [m for m in catalog.values() if m.mandatory and not m.is_deleting]
+    for module in sorted(mandatory, key=lambda m: m.name):
+        ctx.mandatory.append(_mandatory(ctx, module, configs.get(module.pk), changed))
+    enabled = {e["name"] for e in entries if not (catalog.get(e["name"]) and catalog[e["name"]].mandatory)}
+    _remove_dropped(ctx, enabled | {m.name for m in mandatory}, configs)
     bad = [m.name for m in ctx.modules if m.state != KymaState.READY]
     if bad:
         ctx.condition("Modules", FALSE, "ModulesNotReady", "not ready: " + ", ".join(sorted(bad)))
     else:
         ctx.condition("Modules", TRUE, "Ready", "all modules are ready")
     return changed
+
+
+def step(ctx: ReconcileContext) -> None:
+    """The modules (:func:`sync`); their managers are notified once the reconcile is done."""
+    ctx.changed_configs = sync(ctx)
+
+
+def render(ctx: ReconcileContext) -> list[dict[str, Any]]:
+    """The module CRs the control plane creates (policy CreateAndDelete): the Kyma's modules and
+    the catalog's mandatory ones."""
+    catalog = ctx.catalog()
+    names = [
+        e["name"]
+        for e in ctx.kyma.module_entries()
+        if e.get("managed", True) and e.get("customResourcePolicy", "CreateAndDelete") == "CreateAndDelete"
+    ]
+    names += [m.name for m in catalog.values() if m.mandatory and not m.is_deleting]
+    return [
+        module_resource(catalog[name], ctx.kyma.runtime_id)
+        for name in dict.fromkeys(names)
+        if name in catalog and not catalog[name].is_deleting
+    ]
+
+
+def _mandatory(
+    ctx: ReconcileContext, module: Module, config: ModuleConfig | None, changed: list[int]
+) -> ModuleOutcome:
+    """A mandatory module: no channel (the highest version its channels offer, as this runtime
+    gets them), its CR created and kept as for any module, and no entry in the Kyma's status."""
+    offered = [v for c in sorted(module.channels) if (v := ctx.targets.module_version(module, c))]
+    version = highest(offered) or ""
+    refused = downgrade(ctx, module, "", version, config)
+    if refused is not None:
+        version = refused.installed
+    entry = {"name": module.name, "customResourcePolicy": "CreateAndDelete"}
+    outcome = _one(ctx, module, entry, "", version, config, changed)
+    outcome.policy = "CreateAndDelete"
+    if refused is not None:
+        outcome.state, outcome.message = KymaState.WARNING, refused.message
+    return outcome
+
+
+@dataclass(frozen=True)
+class Downgrade:
+    """A version lower than the one the runtime runs, refused: the module keeps ``installed``."""
+
+    installed: str
+    channel: str  # the channel it was installed from (upstream's status keeps it)
+    message: str
+
+
+def downgrade(
+    ctx: ReconcileContext, module: Module, channel: str, version: str, config: ModuleConfig | None
+) -> Downgrade | None:
+    """Upstream's rule: a module is never downgraded in a runtime (a downgraded operator can meet
+    CRDs stored at a newer version). A channel switch or a catalog change that would give this
+    runtime a lower version than it runs is refused; the module keeps its version and turns
+    Warning with upstream's message. An explicit rollback of a rollout is not a downgrade: the
+    operator asked for the old version back."""
+    installed = installed_version(ctx, module, config)
+    if not installed or not version or version_key(version) >= version_key(installed):
+        return None
+    if channel and ctx.targets.rolled_back(module, channel):
+        return None
+    entry = next((m for m in ctx.kyma.module_status or () if m.get("name") == module.name), None)
+    previous = str((entry or {}).get("channel") or channel)
+    message = (
+        f"module template update not allowed: ignore channel skew (from {previous} to "
+        f"{channel or previous}), as a higher version ({installed}) of the module was previously installed"
+    )
+    return Downgrade(installed, previous, message)
 
 
 def installed_version(ctx: ReconcileContext, module: Module, config: ModuleConfig | None) -> str:
@@ -279,29 +371,74 @@ def _read(ctx: ReconcileContext, doc: dict[str, Any], *, fresh: bool = False) ->
 
 
 def owned_resources(ctx: ReconcileContext) -> dict[str, dict[str, Any]]:
-    """The module CRs to delete when their module (or the Kyma) goes, after this reconcile."""
-    return {m.name: m.resource for m in ctx.modules if m.owns_resource}
+    """The module CRs to delete when their module (or the Kyma) goes, after this reconcile (a
+    deletion: those still there, :func:`remove`)."""
+    if ctx.owned_left is not None:
+        return ctx.owned_left
+    return {m.name: m.resource for m in [*ctx.modules, *ctx.mandatory] if m.owns_resource}
 
 
-def _delete(ctx: ReconcileContext, resource: dict[str, Any]) -> None:
-    ctx.client.delete(resource["apiVersion"], resource["kind"], resource["name"], resource.get("namespace"))
-    identity = (resource["apiVersion"], resource["kind"], resource.get("namespace") or "", resource["name"])
-    ctx.verified.pop("|".join(identity), None)
+def _delete(ctx: ReconcileContext, resource: dict[str, Any]) -> dict[str, Any] | None:
+    """Delete a module CR; the CR when it is still there (its operator's finalizer holds it while
+    the operator cleans up: the module's objects stay in place meanwhile)."""
+    pending = ctx.client.delete_pending(
+        resource["apiVersion"], resource["kind"], resource["name"], resource.get("namespace")
+    )
+    if pending is not None:
+        return pending
+    ctx.verified.pop("|".join(identity(resource)), None)
+    ctx.change("removed", resource=_where(resource), action="deleted")
+    return None
+
+
+def identity(resource: dict[str, Any]) -> tuple[str, str, str, str]:
+    """``(apiVersion, kind, namespace, name)`` of a tracked module CR."""
+    return resource["apiVersion"], resource["kind"], resource.get("namespace") or "", resource["name"]
+
+
+def _where(resource: dict[str, Any]) -> str:
     where = "/".join(part for part in (resource.get("namespace"), resource["name"]) if part)
-    ctx.change("removed", resource=f"{resource['kind']} {where}", action="deleted")
+    return f"{resource['kind']} {where}"
 
 
 def _remove_dropped(ctx: ReconcileContext, enabled: set[str], configs: dict[int, ModuleConfig]) -> None:
-    """Modules no longer in the spec: delete the CRs the control plane created, drop their configs."""
+    """Modules no longer in the spec (or no longer mandatory, or leaving the catalog): delete the
+    CRs the control plane created; a CR a finalizer still holds keeps its module Deleting (and
+    its config, so its manager keeps its objects in place) until it is gone. Their configs then go;
+    a mandatory module that left the catalog goes from it once no runtime holds it."""
+    waiting = set()
     for name, resource in ctx.kyma.owned_module_resources.items():
-        if name not in enabled:
-            _delete(ctx, resource)
-    dropped = [c.pk for c in configs.values() if c.module.name not in enabled]
+        if name in enabled:
+            continue
+        pending = _delete(ctx, resource)
+        if pending is not None:
+            waiting.add(name)
+            finalizers = ", ".join((pending.get("metadata") or {}).get("finalizers") or ())
+            outcome = ModuleOutcome(
+                name,
+                KymaState.DELETING,
+                message=f"waiting for {_where(resource)} to go (finalizers: {finalizers})",
+                resource=resource,
+                policy="CreateAndDelete",
+            )
+            module = ctx.catalog().get(name)
+            (ctx.mandatory if module is not None and module.mandatory else ctx.modules).append(outcome)
+    dropped = [c for c in configs.values() if c.module.name not in enabled and c.module.name not in waiting]
     if dropped:
-        ModuleConfig.objects.filter(pk__in=dropped).delete()
+        ModuleConfig.objects.filter(pk__in=[c.pk for c in dropped]).delete()
+        for config in dropped:
+            if config.module.is_deleting:  # a mandatory module leaving the catalog: its objects go too
+                for resource in SyncResource.objects.filter(kyma=ctx.kyma, module=config.module):
+                    deletion_begin(resource)  # (pruned by this reconcile's SyncResources step)
+                module_services.module_deletion_finish(module=config.module)
 
 
-def remove_all(ctx: ReconcileContext) -> None:
-    """On Kyma deletion: delete the module CRs the control plane created."""
-    for resource in ctx.kyma.owned_module_resources.values():
-        _delete(ctx, resource)
+def remove(ctx: ReconcileContext) -> list[tuple[str, str, str, str]]:
+    """On Kyma deletion, first: delete the module CRs the control plane created; returns those a
+    finalizer still holds (their operators clean up meanwhile: the deletion waits for them)."""
+    left = {}
+    for name, resource in ctx.kyma.owned_module_resources.items():
+        if _delete(ctx, resource) is not None:
+            left[name] = resource
+    ctx.owned_left = left
+    return [identity(resource) for resource in left.values()]

@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from fleet.k8s.client import Gone
+from fleet.k8s.ownership import MANAGED_BY
 from fleet.models import Kyma
 from fleet.models.kyma import MODULE_DEFAULTS
 from fleet.models.records import describe_change
@@ -34,7 +35,6 @@ from .kyma_crd import kyma_crd as _unstamped_crd
 NAMESPACE = "kyma-system"
 NAME = "default"
 API_VERSION = "operator.kyma-project.io/v1beta2"
-MANAGED_BY = {"operator.kyma-project.io/managed-by": "kyma"}
 LABELS = {"operator.kyma-project.io/watched-by": "kyma", **MANAGED_BY}
 # Entries of ``Kyma.runtime_verified``: the runtime's Kyma seen with our labels (digest of them),
 # and the status the mirror last found or wrote there (digest of it).
@@ -55,6 +55,34 @@ def ensure_crd(ctx: ReconcileContext, *, every_time: bool = False) -> None:
     crd = kyma_crd()
     ctx.client.learn(crd)
     apply_if_changed(ctx, crd, every_time=every_time)
+
+
+def namespace() -> dict[str, Any]:
+    """The namespace the control plane manages (created when missing, never changed after)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": NAMESPACE, "labels": dict(MANAGED_BY)},
+    }
+
+
+def render(ctx: ReconcileContext) -> list[dict[str, Any]]:
+    """What this step wants in the runtime: the Kyma CRD, the namespace, the runtime's Kyma."""
+    return [kyma_crd(), namespace(), desired(ctx.kyma)]
+
+
+def step(ctx: ReconcileContext) -> None:
+    """The Kyma CRD, then the runtime's Kyma both ways (the first call of a reconcile: when it
+    answers, the runtime is reachable). What it read is the status mirror's (:func:`mirror_status`)."""
+    ensure_crd(ctx)
+    ctx.runtime_kyma = sync(ctx)
+    ctx.condition("Runtime", "True", "Reachable", "the runtime's API server answers")
+
+
+def remove(ctx: ReconcileContext) -> list[tuple[str, str, str, str]]:
+    """On Kyma deletion, last: the runtime's Kyma (its CRD stays: users may hold other Kymas)."""
+    left = ctx.client.delete_pending(API_VERSION, "Kyma", NAME, NAMESPACE)
+    return [(API_VERSION, "Kyma", NAMESPACE, NAME)] if left is not None else []
 
 
 def desired(kyma: Kyma) -> dict[str, Any]:
@@ -86,6 +114,7 @@ def known_unchanged(ctx: ReconcileContext) -> bool:
     kyma = ctx.kyma
     return (
         ctx.events_trusted
+        and not ctx.full
         and (API_VERSION, "Kyma", NAMESPACE, NAME) not in ctx.named
         and kyma.generation == kyma.pushed_generation
         and verified_recently(ctx, VERIFIED_KEY, _labels_digest(kyma))
@@ -106,9 +135,8 @@ def _sync(ctx: ReconcileContext) -> dict[str, Any]:
     kyma, client = ctx.kyma, ctx.client
     live = read(ctx, API_VERSION, "Kyma", NAME, NAMESPACE)
     if live is None:
-        client.ensure_namespace(
-            NAMESPACE, MANAGED_BY
-        )  # (the Kyma lives there: no need to look while it exists)
+        # (the Kyma lives there: no need to look at the namespace while it exists)
+        client.ensure_namespace(NAMESPACE, namespace()["metadata"]["labels"])
         try:
             live = _apply_when_served(ctx, desired(kyma))
         except Gone:  # the CRD went since it was last verified: install it, then the Kyma

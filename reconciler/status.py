@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import logging
 from dataclasses import dataclass
@@ -10,7 +11,10 @@ from django.conf import settings
 
 from fleet.k8s.client import RuntimeAPIError
 from fleet.models import Kyma, KymaState
-from fleet.models.kyma import state_reason_of
+from fleet.models.kyma import KYMA_FINALIZER, OUR_KYMA_FINALIZERS, state_reason_of
+from fleet.models.records import THROTTLED_MILLISECONDS, THROTTLED_REQUESTS
+from fleet.resources.kinds import KymaKind
+from fleet.services.counters import count
 from kernel.timefmt import rfc3339
 
 from . import modules, runtime_kyma
@@ -18,11 +22,8 @@ from .context import LeaseLost, ReconcileContext, comparable, derive_state, merg
 
 log = logging.getLogger(__name__)
 
-# Upstream's finalizer (capital K), so a Kyma moves between upstream and us as it is. Ours before was
-# the lower-case one: a Kyma still carrying it gets upstream's in its place, and deletion honours both.
-FINALIZER = "operator.kyma-project.io/Kyma"
-LEGACY_FINALIZERS = frozenset({"operator.kyma-project.io/kyma"})
-OUR_FINALIZERS = LEGACY_FINALIZERS | {FINALIZER}
+FINALIZER = KYMA_FINALIZER  # (fleet.models.kyma says why this one)
+OUR_FINALIZERS = OUR_KYMA_FINALIZERS
 
 
 def with_finalizer(finalizers: list[str]) -> list[str]:
@@ -64,15 +65,27 @@ def next_interval(state: str, error_streak: int) -> float:
     return settings.RECONCILE_PROCESSING_INTERVAL
 
 
-def _status_for_runtime(state: str, ctx: ReconcileContext) -> dict:
-    return {
-        "state": state,
-        "activeChannel": ctx.kyma.channel,
-        "modules": [
-            {"name": m.name, "state": m.state, **({"version": m.version} if m.version else {})}
-            for m in ctx.modules
-        ],
-    }
+def runtime_status(kyma: Kyma) -> dict:
+    """The Kyma's status as the runtime's Kyma shows it: the whole of it, as upstream copies it
+    (``remoteKyma.Status = kcpKyma.Status``), exactly what the control plane's Kyma document
+    says (state, conditions, the modules with their message and ``maintenance: true`` while a
+    new version waits for the window, the last operation, the active channel); what it lacks is
+    sent as null, so the merge patch removes it from the runtime's copy too. Mandatory modules
+    are not in it (upstream's rule)."""
+    shown = KymaKind().to_document(kyma)["status"]
+    return {**dict.fromkeys(RUNTIME_STATUS_FIELDS), **shown}
+
+
+RUNTIME_STATUS_FIELDS = ("state", "conditions", "lastOperation", "modules", "activeChannel")
+
+
+def _count_throttling(ctx: ReconcileContext) -> None:
+    """Requests of this reconcile that waited for the runtime client's rate limit, added to the
+    fleet-wide totals (only when some did: a reconcile within the limit writes nothing)."""
+    counts = ctx.client.counts if ctx.client is not None else None
+    if counts is not None and counts.throttled:
+        count(THROTTLED_REQUESTS, counts.throttled)
+        count(THROTTLED_MILLISECONDS, round(counts.waited * 1000))
 
 
 def finish(ctx: ReconcileContext) -> Outcome:
@@ -84,11 +97,6 @@ def finish(ctx: ReconcileContext) -> Outcome:
     reached = bool(ctx.modules) or not ctx.fatal
     module_status = [m.status() for m in ctx.modules] if reached else kyma.module_status
     owned = modules.owned_resources(ctx) if reached else kyma.owned_module_resources
-    if ctx.remote_kyma is not None or ctx.remote_kyma_unread:
-        try:
-            runtime_kyma.mirror_status(ctx, ctx.remote_kyma, _status_for_runtime(state, ctx))
-        except RuntimeAPIError as exc:
-            log.info("could not mirror the status into the runtime of %s: %s", kyma.key, exc.message)
     changed = (
         state != kyma.state
         or comparable(conditions) != comparable(kyma.conditions)
@@ -107,8 +115,6 @@ def finish(ctx: ReconcileContext) -> Outcome:
         "error_streak": streak,
         "applied_watchers": kyma.applied_watchers,
     }
-    if ctx.verified != kyma.runtime_verified:
-        fields["runtime_verified"] = ctx.verified
     if changed:
         message = ctx.fatal or "; ".join(ctx.messages) or f"reconciled: {state}"
         fields.update(
@@ -125,6 +131,17 @@ def finish(ctx: ReconcileContext) -> Outcome:
                 "lastUpdateTime": rfc3339(ctx.now),
             },
         )
+    if ctx.remote_kyma is not None or ctx.remote_kyma_unread:
+        shown = copy.copy(kyma)  # the Kyma as this write leaves it
+        for name, value in fields.items():
+            setattr(shown, name, value)
+        try:
+            runtime_kyma.mirror_status(ctx, ctx.remote_kyma, runtime_status(shown))
+        except RuntimeAPIError as exc:
+            log.info("could not mirror the status into the runtime of %s: %s", kyma.key, exc.message)
+    if ctx.verified != kyma.runtime_verified:  # (the mirror notes what it wrote there)
+        fields["runtime_verified"] = ctx.verified
+    _count_throttling(ctx)
     if reached:
         _note_module_states(ctx, kyma.module_status, module_status)
     if ctx.lease_owner:  # one UPDATE for the status and the lease; none if the lease was lost

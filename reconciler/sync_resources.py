@@ -18,7 +18,9 @@ import copy
 from typing import Any
 
 from fleet.k8s.client import RuntimeAPIError, Temporary
+from fleet.k8s.ownership import MANAGED_BY
 from fleet.models import ApplyStrategy, DeletionPolicy, ManifestState, SyncResource
+from fleet.services import modules as module_services
 from kernel.documents.hashing import HASH_ANNOTATION, carries_hash, stamped
 from kernel.timefmt import rfc3339
 
@@ -44,7 +46,7 @@ def _key(doc: dict[str, Any]) -> tuple[str, str, str, str]:
 def prepared(doc: dict[str, Any], resource: SyncResource) -> dict[str, Any]:
     doc = copy.deepcopy(doc)
     meta = doc.setdefault("metadata", {})
-    meta.setdefault("labels", {})["operator.kyma-project.io/managed-by"] = "kyma"
+    meta.setdefault("labels", {}).update(MANAGED_BY)
     annotations = meta.setdefault("annotations", {})
     annotations[OWNER_ANNOTATION] = f"{resource.namespace}/{resource.name}"
     return stamped(doc)
@@ -87,6 +89,20 @@ def _replace(ctx: ReconcileContext, resource: SyncResource, doc: dict[str, Any])
     return _entry(doc, ManifestState.APPLIED, "", rfc3339(ctx.now))
 
 
+def _applied_before(old: dict | None) -> bool:
+    return (old or {}).get("state") == ManifestState.APPLIED
+
+
+def _first(ctx: ReconcileContext, resource: SyncResource, doc: dict) -> dict:
+    """A manifest this SyncResource never applied, with server-side apply: applied without a
+    read first (the apply creates it, or takes over the fields a manifest sets of an object that
+    was there already, as it would after a read): one request, not two."""
+    _, created = ctx.client.apply_created(doc)
+    action = "created" if created else "adopted (it was there already)"
+    ctx.change("applied", resource=resource_name(doc), action=f"{action} (SyncResource {resource.name})")
+    return _entry(doc, ManifestState.APPLIED, "", rfc3339(ctx.now))
+
+
 def _sync_one(ctx: ReconcileContext, resource: SyncResource, doc: dict[str, Any], old: dict | None) -> dict:
     client = ctx.client
     previous_time = (old or {}).get("lastAppliedTime")
@@ -94,6 +110,8 @@ def _sync_one(ctx: ReconcileContext, resource: SyncResource, doc: dict[str, Any]
     try:
         if replaced(resource, doc, old):
             return _replace(ctx, resource, doc)
+        if old is None and resource.apply_strategy == ApplyStrategy.SERVER_SIDE_APPLY:
+            return _first(ctx, resource, doc)
         live = live_object(ctx, doc)
         if resource.apply_strategy == ApplyStrategy.READ_ONLY:
             if live is None:
@@ -183,7 +201,12 @@ def sync(ctx: ReconcileContext) -> None:
             status = []
             ready_docs = [prepared(doc, resource) for doc in docs]
             if resource.apply_strategy == ApplyStrategy.SERVER_SIDE_APPLY:  # (others: maybe not ours)
-                prefetch(ctx, [doc for doc in ready_docs if not replaced(resource, doc, old.get(_key(doc)))])
+                applied = [doc for doc in ready_docs if _applied_before(old.get(_key(doc)))]
+                prefetch(
+                    ctx,
+                    [doc for doc in applied if not replaced(resource, doc, old.get(_key(doc)))],
+                    known=True,
+                )
             for ready in ready_docs:
                 ctx.step()
                 status.append(_sync_one(ctx, resource, ready, old.pop(_key(ready), None)))
@@ -224,6 +247,8 @@ def _finish_deletion(ctx: ReconcileContext, resource: SyncResource) -> None:
         SyncResource.objects.filter(pk=resource.pk).update(manifest_status=left)
         return
     resource.delete()
+    if resource.module.is_deleting:  # a mandatory module leaving the catalog, once no runtime holds it
+        module_services.module_deletion_finish(module=resource.module)
 
 
 def _runtime_scope(ctx: ReconcileContext, group: str, version: str, kind: str) -> bool | None:
@@ -264,8 +289,20 @@ def _refused_by_policy(
     return status + list(left.values())
 
 
-def remove_all(ctx: ReconcileContext) -> None:
-    """On Kyma deletion: prune every SyncResource's objects, then drop the rows."""
+def remove(ctx: ReconcileContext) -> list[tuple[str, str, str, str]]:
+    """On Kyma deletion (after the module CRs went: their operators are these objects): prune
+    every SyncResource's objects, then drop the rows. Nothing is waited for: an object a
+    finalizer holds is the runtime's to finish (a namespace, a volume claim in use)."""
     for resource in SyncResource.objects.filter(kyma=ctx.kyma):
         ctx.step()
         _finish_deletion(ctx, resource)
+    return []
+
+
+def render(ctx: ReconcileContext) -> list[dict[str, Any]]:
+    """What the module managers want in the runtime: every SyncResource's manifests, prepared
+    (labelled and stamped) as they are applied."""
+    docs = []
+    for resource in SyncResource.objects.filter(kyma=ctx.kyma, deletion_timestamp__isnull=True):
+        docs += [prepared(doc, resource) for doc in resource.parsed_manifests(stored=True)]
+    return docs

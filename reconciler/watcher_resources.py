@@ -12,6 +12,7 @@ is an Error (upstream once reported it Ready).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from fleet.k8s.client import Permanent
@@ -31,7 +32,8 @@ from watchers.rendering import (
 from watchers.rollouts import watcher_from_fields
 from watchers.status import rollout_mark, webhook_problem
 
-from .apply import apply_if_changed, needs_check, prefetch
+from . import watcher_heartbeat
+from .apply import apply_if_changed, key_of, live_object, needs_check, never_seen, prefetch
 from .context import FALSE, TRUE, ReconcileContext
 from .drift import describe
 
@@ -73,32 +75,61 @@ def left_as_is(ctx: ReconcileContext) -> bool:
     return False
 
 
-def sync(ctx: ReconcileContext, watchers: list[Watcher]) -> None:
-    """Apply what changed and report readiness; a certificate problem is an Error."""
+# (group, version, plural, namespaced) of a kind whose changes the runtime watcher reports
+Watched = tuple[str, str, str, bool]
+
+
+def render(ctx: ReconcileContext, watched: Sequence[Watched]) -> list[dict[str, Any]]:
+    """The runtime watcher's objects for this runtime, in apply order (stamped): see :func:`_render`."""
+    return _render(ctx, runtime_watchers(ctx.targets, active_watchers()), watched)
+
+
+def _render(
+    ctx: ReconcileContext, watchers: list[Watcher], watched: Sequence[Watched]
+) -> list[dict[str, Any]]:
+    """The objects for these Watchers (as this runtime gets them), the webhook for owned objects
+    reporting changes of the ``watched`` kinds (the registry's, :mod:`.steps`). Issues or renews
+    the Kyma's certificate when due (:class:`pki.PKIError` when it cannot); raises
+    :class:`DockerConfigError` when the image pull secret's file cannot be used."""
+    certificate = pki.certificate_for_kyma(kyma=ctx.kyma, now=ctx.now)
+    tls = pki.runtime_secret_data(certificate, now=ctx.now)
+    return runtime_watcher_resources(
+        watchers=watchers,
+        tls=tls,
+        module_kinds=ctx.module_cr_kinds(),
+        owned_kinds=watched,
+        config=runtime_config.config_for(ctx.kyma),
+    )
+
+
+def step(ctx: ReconcileContext, watched: Sequence[Watched]) -> None:
+    """The runtime watcher (unless a targeted reconcile leaves it as it is) and its heartbeat."""
+    if not left_as_is(ctx):
+        sync(ctx, active_watchers(), watched)
+    watcher_heartbeat.evaluate(ctx)
+
+
+def sync(ctx: ReconcileContext, watchers: list[Watcher], watched: Sequence[Watched] = ()) -> None:
+    """Apply what changed and report readiness; a certificate problem is an Error. When the
+    Deployment (read every reconcile) has no ready pod, every object of the watcher is read, as
+    in a full reconcile: what a new pod needs (the PriorityClass, the Secret) may have gone."""
+    watchers = runtime_watchers(ctx.targets, watchers)
     try:
-        certificate = pki.certificate_for_kyma(kyma=ctx.kyma, now=ctx.now)
+        docs = _render(ctx, watchers, watched)
     except pki.PKIError as exc:
         ctx.condition("SKRWebhook", FALSE, "CertificateError", exc.message)
         ctx.fatal = exc.message
         return
-    tls = pki.runtime_secret_data(certificate, now=ctx.now)
-    watchers = runtime_watchers(ctx.targets, watchers)
-    try:
-        docs = runtime_watcher_resources(
-            watchers=watchers,
-            tls=tls,
-            module_kinds=ctx.module_cr_kinds(),
-            config=runtime_config.config_for(ctx.kyma),
-        )
     except DockerConfigError as exc:
         message = f"WATCHER_IMAGE_PULL_SECRET_FILE: {exc}"
         ctx.condition("SKRWebhook", FALSE, "ImagePullSecretError", message)
         ctx.fatal = message
         return
+    check_all = ctx.full or _pods_missing(ctx, next(doc for doc in docs if doc["kind"] == "Deployment"))
+    prefetch(ctx, [doc for doc in docs if check_all or doc["kind"] in EVERY_TIME or needs_check(ctx, doc)])
     deployment = None
-    prefetch(ctx, [doc for doc in docs if doc["kind"] in EVERY_TIME or needs_check(ctx, doc)])
     for doc in docs:
-        live = _apply(ctx, doc)
+        live = _apply(ctx, doc, every_time=check_all or doc["kind"] in EVERY_TIME)
         if doc["kind"] == "Deployment":
             deployment = live
     _remove_legacy(ctx)
@@ -108,10 +139,20 @@ def sync(ctx: ReconcileContext, watchers: list[Watcher]) -> None:
     readiness(ctx, deployment)
 
 
-def _apply(ctx: ReconcileContext, doc: dict[str, Any]) -> dict[str, Any] | None:
+def _pods_missing(ctx: ReconcileContext, doc: dict[str, Any]) -> bool:
+    """Whether the watcher's Deployment (read now, as every reconcile does: kept for its apply)
+    lacks a ready pod it wants; a first reconcile's (never seen here) is not read."""
+    if never_seen(ctx, doc):
+        return False
+    key = key_of(doc)
+    live = ctx.listed[key] = live_object(ctx, doc)
+    status = (live or {}).get("status") or {}
+    return live is not None and status.get("readyReplicas", 0) < (live.get("spec") or {}).get("replicas", 1)
+
+
+def _apply(ctx: ReconcileContext, doc: dict[str, Any], *, every_time: bool) -> dict[str, Any] | None:
     """:func:`apply_if_changed`, taking over what upstream's lifecycle-manager put there; a
     PriorityClass whose value must change (it cannot be updated) is replaced."""
-    every_time = doc["kind"] in EVERY_TIME
     try:
         return apply_if_changed(ctx, doc, every_time=every_time, adopt_from=ADOPTED_MANAGERS)
     except Permanent as exc:
@@ -159,8 +200,12 @@ def readiness(ctx: ReconcileContext, deployment: dict[str, Any] | None) -> None:
     ctx.condition("SKRWebhook", FALSE, "WatcherNotReady", "waiting for the runtime watcher to become ready")
 
 
-def remove(ctx: ReconcileContext) -> None:
-    """Take the runtime watcher out of the runtime (webhooks first, so nothing calls a dead server)."""
+def remove(ctx: ReconcileContext) -> list[tuple[str, str, str, str]]:
+    """Take the runtime watcher out of the runtime (webhooks first, so nothing calls a dead
+    server); returns what is still there (a finalizer someone put on it holds it)."""
+    left = []
     for api_version, kind, name, namespace in removal_order():
-        ctx.client.delete(api_version, kind, name, namespace)
+        if ctx.client.delete_pending(api_version, kind, name, namespace) is not None:
+            left.append((api_version, kind, namespace or "", name))
     _remove_legacy(ctx)
+    return left

@@ -78,7 +78,15 @@ Where they differ, the emulator is fixed; what is left, and why:
   namespace going once emptied) happens at once.
 * **Admission plugins**: of the built-in ones, PodSecurity (``restricted``, see ``podsecurity``),
   Priority and NamespaceLifecycle; no LimitRanger, ResourceQuota, ServiceAccount or others. Built-in
-  kinds are validated for a few fields only (names, Deployments' selectors and containers).
+  kinds are validated for a few fields only (names, Deployments' selectors and containers). No
+  ValidatingAdmissionPolicy either: policies are stored but their CEL is not evaluated, so the
+  runtime-access guard of ``deploy/runtime-access/`` is not enforced here (the one identity is the
+  administrator, whom the guard does not match anyway); ``tests/kube/test_runtime_access.py``
+  probes it, as the control plane's identity, against the real server only.
+* **Each write is reviewed once**: a real server may call validating webhooks twice for one update
+  or deletion (it tries the write on its watch cache's copy first, and again on the current object
+  when that copy was stale, as under load); the emulator reviews every write exactly once. The
+  admission cases accept both: repeats of one review in a row count once.
 
 Module map: ``host`` (event loop, ports, TLS), ``emulator`` (HTTP layer), ``userapi`` (Python
 access for tests), ``engine`` (write pipeline), ``build``/``defaults`` (object rules),

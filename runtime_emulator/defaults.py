@@ -2,7 +2,8 @@
 
 Only the defaults a controller is likely to notice are emulated (a diff between what it wrote and
 what it reads back): Secret ``stringData`` folding, Service cluster IPs and port defaults,
-Deployment strategy/replicas and the common pod-spec fields, Namespace finalizers and phase.
+Deployment strategy/replicas and the common pod-spec fields, Namespace finalizers and phase, a
+PriorityClass's preemption policy (and a ``globalDefault: false`` left out, as Go's omitempty does).
 """
 
 from __future__ import annotations
@@ -81,6 +82,12 @@ def _deployment(obj: dict[str, Any]) -> None:
     pod_spec(spec.setdefault("template", {}).setdefault("spec", {}))
 
 
+def _priority_class(obj: dict[str, Any]) -> None:
+    obj.setdefault("preemptionPolicy", "PreemptLowerPriority")
+    if obj.get("globalDefault") is False:
+        del obj["globalDefault"]  # omitempty: a real server's answer leaves a false one out
+
+
 def _namespace(obj: dict[str, Any]) -> None:
     name = obj["metadata"]["name"]
     obj["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = name
@@ -101,6 +108,8 @@ def apply_defaults(
         pod_spec(obj.setdefault("spec", {}))
     elif rtype is catalog.NAMESPACES:
         _namespace(obj)
+    elif rtype is catalog.PRIORITY_CLASSES:
+        _priority_class(obj)
 
 
 def initial_status(rtype: ResourceType) -> dict[str, Any] | None:

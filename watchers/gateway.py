@@ -29,13 +29,13 @@ from typing import Any
 
 from django.conf import settings
 
+from fleet.k8s.ownership import MANAGED_BY
 from kernel.documents import schema
 from kernel.documents.selectors import selects
 
-from .models import MANAGED_BY_LABEL, Watcher
+from .models import Watcher
 
 ISTIO_API_VERSION = "networking.istio.io/v1"
-MANAGED_BY = {MANAGED_BY_LABEL: "kyma"}
 OWNER_ANNOTATION = "controlplane.kyma-project.io/owned-by-watcher"
 # The label upstream's default Gateway carries; ``watchers.models.DEFAULT_GATEWAY`` selects it.
 GATEWAY_LABELS = {"operator.kyma-project.io/watcher-gateway": "default"}

@@ -7,10 +7,10 @@ from typing import Any, ClassVar
 from django.core.exceptions import ValidationError
 from django.db import models
 
+from fleet.k8s.ownership import MANAGED_BY_LABEL
 from kernel.documents import schema
 from kernel.models import NamespacedResourceModel, dns_label
 
-MANAGED_BY_LABEL = "operator.kyma-project.io/managed-by"
 DEFAULT_GATEWAY = {"selector": {"matchLabels": {"operator.kyma-project.io/watcher-gateway": "default"}}}
 
 RESOURCE_TO_WATCH_SCHEMA = schema.obj(

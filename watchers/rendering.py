@@ -21,6 +21,9 @@ Beyond the Watchers, the webhook configuration always carries one more webhook,
 (the design: the watcher "needs to extend validating webhook configurations for Module CR"). Its
 events go to the lifecycle-manager component, so a user's edit of a module CR reconciles the Kyma,
 which copies the CR's spec into its ModuleConfig for the module's manager: no Watcher per module.
+And one more, ``owned-objects.operator.kyma-project.io``: an update or deletion of the control
+plane's own objects of the kinds it otherwise only rechecks now and then (the PriorityClass, the
+NetworkPolicies, the Services, the CRDs, the catalog's mirror) reconciles the Kyma at once.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from typing import Any
 
 from django.conf import settings
 
+from fleet.k8s.ownership import MANAGED_BY, UPSTREAM_MANAGER
 from fleet.models import Module
 from kernel.documents.dockerconfig import read_docker_config
 from kernel.documents.hashing import document_hash, stamped
@@ -50,7 +54,6 @@ PRIORITY_CLASS_NAME = "skr-webhook-priority"
 # value cannot change: runtimes that hold our earlier 2,000,000 get it replaced (watcher_resources).
 PRIORITY = 1_000_000_000
 ISTIO_INJECT = {"sidecar.istio.io/inject": "false"}
-MANAGED_BY = {"operator.kyma-project.io/managed-by": "kyma"}
 RESTART_LABEL = "operator.kyma-project.io/pod-restart-trigger"
 CERT_DIR = "/etc/skr-webhook/tls"
 WEBHOOK_PORT = 8443
@@ -69,7 +72,7 @@ NETWORK_POLICIES = (
 LEGACY_NETWORK_POLICIES = tuple(f"{NAME}-allow-{what}" for what in ("apiserver", "kcp", "dns", "metrics"))
 # Field managers whose fields in these objects are ours to take over (upstream applied them as
 # "lifecycle-manager"): their fields move to our manager, and what only they set is removed.
-ADOPTED_MANAGERS = ("lifecycle-manager",)
+ADOPTED_MANAGERS = (UPSTREAM_MANAGER,)
 
 
 @dataclass(frozen=True)
@@ -190,13 +193,58 @@ def module_crs_webhook(kinds: Iterable[tuple[str, str, str]], ca_bundle: bytes) 
     }
 
 
+OWNED_OBJECTS_WEBHOOK = "owned-objects.operator.kyma-project.io"
+
+
+def owned_objects_webhook(kinds: Iterable[tuple[str, str, str, bool]], ca_bundle: bytes) -> dict[str, Any]:
+    """The webhook that reports an update or deletion of the control plane's own objects (those
+    labelled ``managed-by: kyma``) of ``kinds`` (``(group, version, plural, namespaced)``: the
+    kinds that are otherwise only rechecked now and then, ``reconciler.steps``) to the
+    lifecycle-manager component: a deleted PriorityClass or an edited NetworkPolicy reconciles the
+    Kyma at once, and that reconcile reads and repairs every kind the control plane owns there."""
+    return {
+        "name": OWNED_OBJECTS_WEBHOOK,
+        "admissionReviewVersions": ["v1"],
+        "clientConfig": {
+            "caBundle": base64.b64encode(ca_bundle).decode(),
+            "service": {
+                "name": NAME,
+                "namespace": NAMESPACE,
+                "path": f"/validate/{settings.LISTENER_RECONCILE_COMPONENT}",
+                "port": 443,
+            },
+        },
+        "rules": [
+            {
+                "apiGroups": [group],
+                "apiVersions": [version],
+                "resources": [plural],
+                "operations": ["UPDATE", "DELETE"],
+                "scope": "Namespaced" if namespaced else "Cluster",
+            }
+            for group, version, plural, namespaced in kinds
+        ],
+        "objectSelector": {"matchLabels": dict(MANAGED_BY)},
+        "sideEffects": "NoneOnDryRun",
+        "failurePolicy": "Ignore",
+        "timeoutSeconds": 15,
+        "matchPolicy": "Equivalent",
+    }
+
+
 def webhook_configuration(
-    watchers: Iterable[Watcher], ca_bundle: bytes, module_kinds: Iterable[tuple[str, str, str]] = ()
+    watchers: Iterable[Watcher],
+    ca_bundle: bytes,
+    module_kinds: Iterable[tuple[str, str, str]] = (),
+    owned_kinds: Iterable[tuple[str, str, str, bool]] = (),
 ) -> dict[str, Any]:
     webhooks = [webhook(w, ca_bundle) for w in sorted(watchers, key=lambda w: w.webhook_name)]
     kinds = list(module_kinds)
     if kinds:
         webhooks.append(module_crs_webhook(kinds, ca_bundle))
+    owned = list(owned_kinds)
+    if owned:
+        webhooks.append(owned_objects_webhook(owned, ca_bundle))
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
@@ -412,13 +460,15 @@ def runtime_watcher_resources(
     watchers: Iterable[Watcher],
     tls: dict[str, bytes],
     module_kinds: Iterable[tuple[str, str, str]] | None = None,
+    owned_kinds: Iterable[tuple[str, str, str, bool]] = (),
     config: WatcherConfig | None = None,
 ) -> list[dict[str, Any]]:
     """What one runtime needs, in apply order (what the pod needs before the pod, the webhooks
     last); each object carries its content hash. ``module_kinds`` defaults to the catalog's
-    (:func:`module_cr_kinds`), ``config`` to this process's settings (a runtime's own:
-    ``watchers.runtime_config``). Raises :class:`DockerConfigError` when the image pull secret's
-    file cannot be used."""
+    (:func:`module_cr_kinds`), ``owned_kinds`` (the kinds of the control plane's own objects whose
+    changes it reports: :func:`owned_objects_webhook`) to none, ``config`` to this process's
+    settings (a runtime's own: ``watchers.runtime_config``). Raises :class:`DockerConfigError`
+    when the image pull secret's file cannot be used."""
     if module_kinds is None:
         module_kinds = module_cr_kinds()
     restart = content_hash(tls["ca.crt"], tls["tls.crt"], tls["tls.key"])
@@ -431,7 +481,7 @@ def runtime_watcher_resources(
         service(),
         metrics_service(),
         deployment(restart, pull_secret=registry is not None, config=config),
-        webhook_configuration(watchers, tls["ca.crt"], module_kinds),
+        webhook_configuration(watchers, tls["ca.crt"], module_kinds, owned_kinds),
     ]
     return [stamped(doc) for doc in docs]
 

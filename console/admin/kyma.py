@@ -22,6 +22,7 @@ from fleet.jobs import services as job_services
 from fleet.k8s.kubeconfig import parse_kubeconfig
 from fleet.models import Kyma
 from fleet.selectors import watcher_silent_after
+from fleet.services import deletion as deletion_services
 from fleet.services import kymas as kyma_services
 from kernel.admin import (
     ResourceAdmin,
@@ -218,6 +219,11 @@ class KymaAdmin(ResourceAdmin):
                 name="controlplane_kyma_reconcile",
             ),
             path("<path:object_id>/edit/", view(self.edit_view), name="controlplane_kyma_edit"),
+            path(
+                "<path:object_id>/forget-runtime/",
+                view(self.forget_runtime_view),
+                name="controlplane_kyma_forget_runtime",
+            ),
             path("<path:object_id>/live/", view(self.live_view), name="controlplane_kyma_live"),
         ]
         return urls + super().get_urls()
@@ -289,6 +295,28 @@ class KymaAdmin(ResourceAdmin):
     def reconcile_one_view(self, request: HttpRequest, kyma: Kyma) -> HttpResponseRedirect:
         """The Kyma page's "Reconcile now" button."""
         self.reconcile_now(request, Kyma.objects.filter(pk=kyma.pk))
+        return HttpResponseRedirect(reverse("admin:controlplane_kyma_change", args=[kyma.pk]))
+
+    def forget_runtime_view(self, request: HttpRequest, object_id: str) -> HttpResponseRedirect:
+        """The Kyma page's "Forget the runtime" (a Kyma being deleted whose runtime is gone for
+        good: POST only, with a reason; needs the delete permission; recorded in the audit trail)."""
+        kyma = self.get_object(request, object_id)
+        if kyma is None:
+            raise Http404(f"no Kyma with id {object_id!r}")
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not self.has_delete_permission(request, kyma):
+            raise PermissionDenied
+        reason = request.POST.get("reason", "").strip()[:500]
+        try:
+            gone = deletion_services.kyma_forget_runtime(kyma=kyma, reason=reason)
+        except ApplicationError as exc:
+            messages.error(request, exc.message)
+            return HttpResponseRedirect(reverse("admin:controlplane_kyma_change", args=[kyma.pk]))
+        if gone:
+            messages.success(request, f"Kyma {kyma.key} deleted; its runtime was not cleaned up.")
+            return HttpResponseRedirect(reverse("admin:controlplane_kyma_changelist"))
+        messages.warning(request, f"Runtime forgotten; other finalizers still hold {kyma.key}.")
         return HttpResponseRedirect(reverse("admin:controlplane_kyma_change", args=[kyma.pk]))
 
     @admin.action(description="Reconcile now", permissions=["change"])

@@ -31,6 +31,7 @@ from fleet.models import Kyma, Module, ModuleConfig, SyncResource
 from fleet.models.moduleconfig import MODULE_CONFIG_STATUS_SCHEMA
 from fleet.resources.kinds import KymaKind, ModuleConfigKind, ModuleKind, SyncResourceKind
 from fleet.selectors import kyma_has_module_config
+from fleet.services import deletion as deletion_services
 from fleet.services import kymas as kyma_services
 from fleet.services import modules as module_services
 from fleet.services import revisions
@@ -50,6 +51,11 @@ RECONCILE_ANSWER = {
     "type": "object",
     "properties": {"queued": {"type": "boolean"}, "detail": {"type": "string"}},
 }
+FORGET_ANSWER = {
+    "type": "object",
+    "properties": {"deleted": {"type": "boolean"}, "detail": {"type": "string"}},
+}
+FORGET_REQUEST = {"type": "object", "properties": {"reason": {"type": "string", "maxLength": 500}}}
 RECONCILE_SELECTION_ANSWER = {
     "type": "object",
     "properties": {
@@ -114,6 +120,28 @@ class KymaViewSet(ResourceViewSet):
         else:
             answer = {"selected": len(ids), "queued": len(done.queued), "covered": done.covered}
         return Response(answer, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(
+        tags=["kymas"],
+        operation_id="v1_kymas_forget_runtime",
+        request={"application/json": FORGET_REQUEST},
+        responses={200: FORGET_ANSWER, 403: ERROR_SCHEMA, 409: ERROR_SCHEMA},
+        description="Let a Kyma that is being deleted go without cleaning its runtime up, when the runtime "
+        "is gone for good and will never answer again (recorded in the audit trail, with the reason). "
+        "Refused (409) for a Kyma that is not being deleted: delete it first, so its cleanup is tried.",
+    )
+    @action(detail=True, methods=["post"], url_path="forget-runtime")
+    def forget_runtime(self, request: Request, id: str) -> Response:
+        if not request.user.has_perm("controlplane.delete_kyma"):
+            raise PermissionDenied("you may not delete Kymas")
+        kyma = self.get_object()
+        data = request.data if isinstance(request.data, dict) else {}
+        reason = data.get("reason", "")
+        if not isinstance(reason, str) or len(reason) > 500:
+            raise ValidationFailed("reason: a text of at most 500 characters", errors=[("reason", "invalid")])
+        deleted = deletion_services.kyma_forget_runtime(kyma=kyma, reason=reason)
+        detail = "deleted: its runtime was not cleaned up" if deleted else "other finalizers still hold it"
+        return Response({"deleted": deleted, "detail": detail})
 
     @staticmethod
     def _may_reconcile(request: Request) -> None:

@@ -25,6 +25,8 @@ from listener.models import WatchEventRecord
 from pki import selectors as pki_selectors
 from pki import services as pki_services
 from pki.models import Certificate, CertificatePurpose
+from reconciler.deletion import purge_at
+from reconciler.steps import WATCHED
 from reconciler.watcher_resources import runtime_watchers
 from watchers import runtime_config
 from watchers.models import Watcher
@@ -179,6 +181,11 @@ class ModuleRow:
     stale: bool = False  # the runtime is unreachable: ``status`` is the last state known
 
     @property
+    def mandatory(self) -> bool:
+        """A mandatory module: every runtime gets it, and the Kyma's status does not list it."""
+        return self.config is not None and self.config.module.mandatory
+
+    @property
     def shown_state(self) -> str:
         """ "Unknown" while the runtime cannot be read; else the state it reported."""
         if self.status is None:
@@ -218,7 +225,9 @@ def kyma_modules(kyma: Kyma) -> list[ModuleRow]:
     configs = (
         ModuleConfig.objects.filter(kyma=kyma)
         .select_related("module")
-        .only("id", "name", "namespace", "revision", "status", "updated_at", "module__name")
+        .only(
+            "id", "name", "namespace", "revision", "status", "updated_at", "module__name", "module__mandatory"
+        )
     )
     for config in configs:
         row(config.module.name).config = config
@@ -269,7 +278,9 @@ def kyma_watcher_manifests(kyma: Kyma, certificates: list[Certificate]) -> Watch
     watchers = runtime_watchers(KymaTargets(kyma), active_watchers())
     try:
         docs = redacted(
-            runtime_watcher_resources(watchers=watchers, tls=tls, config=runtime_config.config_shown(kyma))
+            runtime_watcher_resources(
+                watchers=watchers, tls=tls, owned_kinds=WATCHED, config=runtime_config.config_shown(kyma)
+            )
         )
     except DockerConfigError as exc:
         docs, note = [], f"Cannot render the runtime watcher: WATCHER_IMAGE_PULL_SECRET_FILE: {exc}"
@@ -343,6 +354,7 @@ class KymaPage:
     manifests: WatcherManifests
     rollouts: list[rollout_selectors.KymaHold] = field(default_factory=list)
     window: KymaWindow | None = None
+    purge_at: dt.datetime | None = None  # a Kyma being deleted: when what a finalizer holds is purged
 
     @property
     def timeline(self) -> list[TimelineEntry]:
@@ -381,4 +393,5 @@ def kyma_page(kyma: Kyma) -> KymaPage:
         manifests=kyma_watcher_manifests(kyma, live.certificates),
         rollouts=rollout_selectors.kyma_holds(kyma),
         window=KymaWindow(maintenance.window_of(kyma, timezone.now()), kyma.skip_maintenance_windows),
+        purge_at=purge_at(kyma) if kyma.is_deleting else None,
     )

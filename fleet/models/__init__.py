@@ -8,7 +8,7 @@ from .kyma import Kyma, KymaState
 from .maintenance import MaintenancePolicy
 from .module import Module
 from .moduleconfig import ModuleConfig, ModuleConfigDeletion, ModuleConfigWatch, RevisionCounter
-from .records import DriftCount, ReconcileRecord
+from .records import DriftCount, FleetCounter, ReconcileRecord
 from .rollout import (
     Rollout,
     RolloutEvent,
@@ -25,6 +25,7 @@ __all__ = [
     "ApplyStrategy",
     "DeletionPolicy",
     "DriftCount",
+    "FleetCounter",
     "Job",
     "JobKind",
     "JobStatus",

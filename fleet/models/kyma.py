@@ -35,6 +35,10 @@ MODULES_SCHEMA = {"type": "array", "items": MODULE_SCHEMA}
 MODULE_DEFAULTS = {"customResourcePolicy": "CreateAndDelete", "managed": True}
 # Upstream's pause switch: with this label set to "true" a Kyma is not reconciled (deletion still is).
 SKIP_RECONCILIATION_LABEL = "operator.kyma-project.io/skip-reconciliation"
+# Upstream's finalizer (capital K), so a Kyma moves between upstream and us as it is. Ours before was
+# the lower-case one: a Kyma still carrying it gets upstream's in its place, and deletion honours both.
+KYMA_FINALIZER = "operator.kyma-project.io/Kyma"
+OUR_KYMA_FINALIZERS = frozenset({KYMA_FINALIZER, "operator.kyma-project.io/kyma"})
 
 
 def validate_channel(value: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from django.core.exceptions import ValidationError
@@ -18,6 +19,25 @@ from .rollout import validate_policy
 # A module version as upstream's ModuleTemplate and ModuleReleaseMeta take it (semantic, at most 32).
 VERSION = r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[a-zA-Z-][0-9a-zA-Z-]*)?$"
 VERSION_SCHEMA = schema.string(pattern=VERSION, max_length=32)
+# Upstream's label of a mandatory module's ModuleTemplate (its Module document carries it too).
+MANDATORY_LABEL = "operator.kyma-project.io/mandatory-module"
+# Upstream's finalizer that holds a mandatory module in the catalog until it left every runtime.
+MANDATORY_FINALIZER = "operator.kyma-project.io/mandatory-module"
+
+
+def version_key(version: str) -> tuple[int, int, int]:
+    """A version's order as upstream compares versions for a downgrade: major, minor and patch
+    (a pre-release part is left out, as upstream's ``filterVersion`` does)."""
+    core = version.split("-", 1)[0].split("+", 1)[0]
+    parts = [int(part) if part.isdigit() else 0 for part in core.split(".")[:3]]
+    return (*parts, 0, 0, 0)[:3]  # type: ignore[return-value]
+
+
+def highest(versions: Iterable[str]) -> str | None:
+    """The highest of ``versions`` (``None`` when there is none)."""
+    return max(versions, key=version_key, default=None)
+
+
 CHANNELS_SCHEMA = {
     "type": "object",
     "propertyNames": {"pattern": schema.CHANNEL, "minLength": 3, "maxLength": 32, "not": {"const": "none"}},
@@ -65,6 +85,12 @@ class Module(ResourceModel):
     """
 
     name = models.CharField(max_length=63, unique=True, validators=[dns_label])
+    mandatory = models.BooleanField(
+        default=False,
+        help_text="Installed in every runtime whatever its Kyma's spec.modules says, at the highest version "
+        "its channels offer, and not listed in the Kyma's status (upstream's mandatory modules). Deleting it "
+        "removes it from every runtime first.",
+    )
     channels = models.JSONField(
         default=dict,
         validators=[schema.SchemaValidator(CHANNELS_SCHEMA, "channels")],
@@ -128,6 +154,7 @@ class Module(ResourceModel):
     rollout_holds = models.JSONField(default=dict, blank=True, editable=False)
 
     SPEC_FIELDS: ClassVar[tuple[str, ...]] = (
+        "mandatory",
         "channels",
         "versions",
         "rollout_policy",
@@ -193,6 +220,10 @@ class Module(ResourceModel):
         """The channel's version in the catalog (a runtime's own may be older: see
         ``fleet.rollouts.targets``)."""
         return self.channels.get(channel)
+
+    def highest_version(self) -> str | None:
+        """The highest version any channel offers (what a mandatory module installs)."""
+        return highest(self.channels.values())
 
     def requires_downtime(self, version: str) -> bool:
         return any(e.get("version") == version and e.get("requiresDowntime") for e in self.versions or ())

@@ -112,3 +112,25 @@ class DriftCount(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind}: {self.total}"
+
+
+# FleetCounter names: what reconciles count, exported by ``fleet.metrics``.
+THROTTLED_REQUESTS = "runtime-requests-throttled"  # waited for their runtime client's rate limit
+THROTTLED_MILLISECONDS = "runtime-throttled-milliseconds"  # how long they waited in all
+PURGES = "kyma-purges"  # Kyma deletions that purged what a finalizer held in the runtime
+
+
+class FleetCounter(models.Model):
+    """A fleet-wide counter that only grows (purges, runtime requests that waited for their rate
+    limit): ``fleet.metrics`` exports each at scrape time under its ``name`` (a metric name), so
+    it is right whichever process answers and survives restarts. ``label`` tells series apart."""
+
+    name = models.CharField(max_length=100)
+    label = models.CharField(max_length=100, blank=True)
+    total = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["name", "label"], name="fleet_counter_series")]
+
+    def __str__(self) -> str:
+        return f"{self.name}{{{self.label}}}: {self.total}" if self.label else f"{self.name}: {self.total}"

@@ -12,7 +12,7 @@ from django.db.models import QuerySet
 from fleet.models import Kyma, Module, ModuleConfig, SyncResource
 from fleet.models.kyma import CHANNEL_SCHEMA, DEFAULT_NAMESPACE, MODULES_SCHEMA
 from fleet.models.manifest_policy import KINDS_SCHEMA, NAMESPACES_SCHEMA
-from fleet.models.module import CHANNELS_SCHEMA, DEFAULT_CR_SCHEMA, VERSIONS_SCHEMA
+from fleet.models.module import CHANNELS_SCHEMA, DEFAULT_CR_SCHEMA, MANDATORY_LABEL, VERSIONS_SCHEMA
 from fleet.models.rollout import POLICY_SCHEMA
 from fleet.models.syncresource import ApplyStrategy, DeletionPolicy
 from fleet.services import kymas as kyma_services
@@ -126,7 +126,9 @@ class KymaKind(ResourceKind):
 
 @register
 class ModuleKind(ResourceKind):
-    """A catalog entry: channels, the module CR in the runtime, its default, and its manager."""
+    """A catalog entry: channels, the module CR in the runtime, its default, and its manager.
+    ``spec.mandatory: true`` (or upstream's label ``operator.kyma-project.io/mandatory-module:
+    "true"``) makes it a mandatory module: every runtime gets it."""
 
     api_version = FLEET_API_VERSION
     kind = "Module"
@@ -136,6 +138,7 @@ class ModuleKind(ResourceKind):
     model = Module
     apply_order = 10
     field_paths = {
+        "mandatory": "spec.mandatory",
         "channels": "spec.channels",
         "cr_group": "spec.resource.group",
         "cr_version": "spec.resource.version",
@@ -155,6 +158,7 @@ class ModuleKind(ResourceKind):
     def extra_columns(self) -> list:
         return [
             ("KIND", lambda m: m.cr_kind),
+            ("MANDATORY", lambda m: "yes" if m.mandatory else "-"),
             ("CHANNELS", lambda m: ",".join(f"{c}={v}" for c, v in m.channels.items())),
             ("MANAGER", lambda m: m.manager or "-"),
         ]
@@ -175,6 +179,7 @@ class ModuleKind(ResourceKind):
         policy = schema.obj({"namespaces": NAMESPACES_SCHEMA, "kinds": KINDS_SCHEMA})
         return schema.obj(
             {
+                "mandatory": schema.BOOLEAN,
                 "channels": CHANNELS_SCHEMA,
                 "resource": resource,
                 "defaultCR": DEFAULT_CR_SCHEMA,
@@ -190,10 +195,14 @@ class ModuleKind(ResourceKind):
         spec, metadata = doc.get("spec") or {}, doc["metadata"]
         resource, manager = spec["resource"], spec.get("manager") or {}
         policy = spec.get("manifestPolicy") or {}
+        labels = dict(metadata.get("labels") or {})
+        # Upstream's label of a mandatory module's template says it as well as spec.mandatory.
+        mandatory = labels.pop(MANDATORY_LABEL, "").lower() == "true" or bool(spec.get("mandatory"))
         return module_services.module_apply(
             name=metadata["name"],
-            labels=metadata.get("labels"),
+            labels=labels,
             annotations=metadata.get("annotations"),
+            mandatory=mandatory,
             channels=spec["channels"],
             cr_group=resource.get("group", ""),
             cr_version=resource["version"],
@@ -212,6 +221,7 @@ class ModuleKind(ResourceKind):
 
     def to_document(self, module: Module) -> dict[str, Any]:
         spec: dict[str, Any] = {
+            **({"mandatory": True} if module.mandatory else {}),
             "channels": module.channels,
             "resource": {
                 "group": module.cr_group,
@@ -235,7 +245,8 @@ class ModuleKind(ResourceKind):
             spec["versions"] = module.versions
         if module.rollout_policy:
             spec["rolloutPolicy"] = module.rollout_policy
-        return {**self.header(), "metadata": self.metadata(module), "spec": spec}
+        labels = {MANDATORY_LABEL: "true"} if module.mandatory else {}
+        return {**self.header(), "metadata": self.metadata(module, labels=labels), "spec": spec}
 
 
 @register

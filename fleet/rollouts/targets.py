@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleet.models import Kyma, Module, RolloutTarget
-from fleet.models.rollout import HOLDING_STATES, RELEASED_STATES
+from fleet.models.rollout import HOLDING_STATES, RELEASED_STATES, TargetState
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,14 @@ class KymaTargets:
         value = current if released else old
         self._note(hold, f"module {module.name} in channel {channel}", value, released)
         return value
+
+    def rolled_back(self, module: Module, channel: str) -> bool:
+        """Whether a rollback gave this runtime its old version of ``module`` in ``channel`` (an
+        operator's explicit choice: the reconcile does not refuse it as a downgrade)."""
+        hold = (module.rollout_holds or {}).get(channel)
+        rollout_id = (hold or {}).get("rollout")
+        row = self._row(rollout_id) if isinstance(rollout_id, int) else None
+        return row is not None and row.state == TargetState.ROLLED_BACK
 
     def watcher_entry(self, watcher: Any) -> dict[str, Any] | None:
         """The fields this runtime's webhook entry of ``watcher`` is rendered from: ``None`` for

@@ -9,6 +9,7 @@ from django.db import transaction
 
 from fleet import queue
 from fleet.models import Kyma, Module, ModuleConfig, RolloutKind, SyncResource
+from fleet.models.module import MANDATORY_FINALIZER
 from fleet.models.rollout import effective_policy
 from fleet.rollouts.services import ByHand, Change, rollout_start, subject_rollouts_end
 from fleet.selectors import kyma_ids_using_module, module_users
@@ -38,6 +39,11 @@ def module_save(*, module: Module, by_hand: ByHand | None = None) -> bool:
             users = kyma_ids_using_module(module.name)
             if not others_changed:
                 users = [kyma_id for kyma_id in users if kyma_id not in held]
+            if module.mandatory or (before or {}).get("mandatory"):
+                # Every runtime gets a mandatory module (or had it, and loses it now).
+                users = list(
+                    Kyma.objects.filter(deletion_timestamp__isnull=True).values_list("id", flat=True)
+                )
             queue.request(users, reason=f"module {module.name} changed", urgent=True)
     return changed
 
@@ -96,13 +102,42 @@ def module_apply(
 
 
 def module_delete(*, module: Module) -> None:
-    """Remove a catalog entry; Kymas that still enable it report it missing on their next reconcile."""
+    """Remove a catalog entry; Kymas that still enable it report it missing on their next reconcile.
+
+    A mandatory module that runtimes still hold is removed from every runtime first, as upstream
+    holds its ModuleTemplate with a finalizer until every Manifest is gone: it is marked deleting
+    (``MANDATORY_FINALIZER``), each Kyma that holds it is reconciled, which deletes its CR there,
+    and the last of them lets the row go (:func:`module_deletion_finish`)."""
     with transaction.atomic():
-        affected = kyma_ids_using_module(module.name)
-        audit.record_object(module, action="delete")
+        holders = list(ModuleConfig.objects.filter(module=module).values_list("kyma_id", flat=True))
+        affected = sorted({*kyma_ids_using_module(module.name), *holders})
         subject_rollouts_end("ModuleVersion", f"{module.name}/", f"module {module.name} was deleted")
+        if module.mandatory and holders:
+            if MANDATORY_FINALIZER not in module.finalizers:
+                module.finalizers = [*module.finalizers, MANDATORY_FINALIZER]
+                Module.objects.filter(pk=module.pk).update(finalizers=module.finalizers)
+            deletion_begin(module)
+            queue.request(affected, reason=f"mandatory module {module.name} deleted", urgent=True)
+            return
+        audit.record_object(module, action="delete")
         module.delete()
         queue.request(affected, reason=f"module {module.name} deleted", urgent=True)
+
+
+def module_deletion_finish(*, module: Module) -> bool:
+    """A mandatory module being deleted goes from the catalog once no runtime holds it: no
+    ModuleConfig left (a Kyma's reconcile drops its config when the module's CR is gone there)
+    and no SyncResource (the reconcile prunes them from the runtime). True when the row went."""
+    with transaction.atomic():
+        locked = (
+            Module.objects.select_for_update().filter(pk=module.pk, deletion_timestamp__isnull=False).first()
+        )
+        if locked is None or ModuleConfig.objects.filter(module=locked).exists():
+            return False
+        if SyncResource.objects.filter(module=locked).exists():
+            return False  # its managers' objects are still being pruned from a runtime
+        locked.delete()
+    return True
 
 
 def moduleconfig_upsert(

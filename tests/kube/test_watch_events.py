@@ -16,6 +16,7 @@ from tests.support.kube import Runtime, connect_kyma
 from tests.support.listener import start_listener
 from tests.support.processes import eventually, start_worker
 from tests.support.runtimes import keda_module, klm_watcher
+from watchers.rendering import PRIORITY_CLASS_NAME
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -100,3 +101,14 @@ def test_edits_through_the_real_api_server_reach_the_reconcile(real_runtime, con
         timeout=10,
     )
     assert webhook_calls(real_runtime) >= 2
+    # The control plane's own objects: a deleted PriorityClass is reported by the webhook for
+    # owned objects, and the reconcile that event queues (a full one) puts it back at once.
+    priority_class = ("scheduling.k8s.io/v1", "priorityclasses", PRIORITY_CLASS_NAME)
+    real_runtime.call("DELETE", real_runtime.path(*priority_class))
+    eventually(
+        lambda: real_runtime.get(*priority_class) is not None,
+        "the PriorityClass restored by the reconcile its deletion's event queued",
+        control_plane,
+        timeout=30,
+    )
+    assert WatchEventRecord.objects.filter(kyma_id=kyma.pk, gvk_kind="PriorityClass").exists()

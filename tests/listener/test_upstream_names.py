@@ -4,15 +4,17 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 import time
 import urllib.request
+from pathlib import Path
 from urllib.parse import quote, quote_plus
 
 import pytest
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from listener import identity
+from listener import identity, metrics
 from pki import crypto, selectors
 from tests.factories import KymaFactory
 from tests.support.listener import (
@@ -113,3 +115,17 @@ def test_plus_decodes_to_a_space_and_percent_2b_to_a_plus(creds):
     assert "+" in pem  # base64 of a real certificate: the case a plain unquote would get wrong
     assert identity.xfcc_certificate_pem(f"Cert={quote_plus(pem)}") == pem
     assert identity.xfcc_certificate_pem(f"Cert={quote(pem, safe='')}") == pem
+
+
+def test_a_fresh_listener_shows_upstreams_failed_verification_counter_for_every_reason(listener):
+    """A labelled counter shows no series until its first increment: each known reason starts at
+    0, so upstream's name is on /metrics from the start (no refusal in this module covers them all)."""
+    family = families(listener.metrics_port)["watcher_listener_failed_verification_requests"]
+    reasons = {sample.labels["reason"] for sample in family.samples if sample.name.endswith("_total")}
+    assert reasons >= set(metrics.VERIFICATION_REASONS)
+
+
+def test_every_reason_a_certificate_is_refused_for_is_a_known_reason():
+    source = Path(identity.__file__).read_text()
+    raised = set(re.findall(r'IdentityError\(\s*(?:f?"[^"]*"[^,]*|[^,]+),\s*"([a-z-]+)"', source, re.DOTALL))
+    assert raised and raised <= set(metrics.VERIFICATION_REASONS)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 
 from reconciler.drift import drifted
-from watchers.rendering import deployment, webhook_configuration
+from watchers.rendering import deployment, priority_class, webhook_configuration
 
 DESIRED = deployment("restart-1")
 
@@ -50,3 +50,12 @@ def test_given_a_list_entry_removed_then_drift():
     live = copy.deepcopy(desired)
     live["webhooks"].pop()
     assert drifted(desired, live)
+
+
+def test_given_a_false_field_the_api_server_leaves_out_then_no_drift():
+    """A real API server answers a PriorityClass without ``globalDefault: false`` (Go's omitempty):
+    a full reconcile read it as drift and applied it again every time (seen on kube-apiserver 1.37)."""
+    desired = priority_class()
+    live = {k: v for k, v in copy.deepcopy(desired).items() if k != "globalDefault"}
+    assert not drifted(desired, live)
+    assert drifted(desired, {**live, "globalDefault": True})

@@ -9,6 +9,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from fleet.models import Kyma, ModuleConfig, ReconcileRecord
+from fleet.resources.kinds import KymaKind
 from fleet.services import kymas as kyma_services
 from fleet.services import modules as module_services
 from pki import crypto
@@ -59,8 +60,21 @@ class TestFirstReconcile:
         kyma = connected_kyma(runtime)
         reconcile(kyma)
         config = runtime.get_object("validatingwebhookconfigurations", "skr-webhook")
-        hook, modules = config["webhooks"]
+        hook, modules, owned = config["webhooks"]
         assert hook["name"] == "kcp-system.klm-watcher.operator.kyma-project.io"
+        # The control plane's own objects that are otherwise only rechecked: an update or deletion
+        # of them (labelled managed-by) is reported at once.
+        assert owned["name"] == "owned-objects.operator.kyma-project.io"
+        assert owned["objectSelector"] == {"matchLabels": {"operator.kyma-project.io/managed-by": "kyma"}}
+        assert {(r["resources"][0], r["scope"]) for r in owned["rules"]} == {
+            ("customresourcedefinitions", "Cluster"),
+            ("priorityclasses", "Cluster"),
+            ("networkpolicies", "Namespaced"),
+            ("services", "Namespaced"),
+            ("moduletemplates", "Namespaced"),
+            ("modulereleasemetas", "Namespaced"),
+        }
+        assert all(r["operations"] == ["UPDATE", "DELETE"] for r in owned["rules"])
         # Module CRs of the catalog are watched without a Watcher of their own.
         assert modules["name"] == "module-crs.operator.kyma-project.io"
         assert modules["clientConfig"]["service"]["path"] == "/validate/lifecycle-manager"
@@ -188,5 +202,21 @@ class TestBothWays:
         kyma = connected_kyma(runtime)
         reconcile(kyma)
         status = runtime.get_object("Kyma", "default", "kyma-system")["status"]
+        # The whole status, as upstream copies it: what the control plane's Kyma document shows.
+        assert status == KymaKind().to_document(kyma)["status"]
         assert status["state"] == kyma.state
-        assert status["modules"] == [{"name": "keda", "state": "Processing", "version": "1.0.0"}]
+        assert status["modules"] == [
+            {
+                "name": "keda",
+                "state": "Processing",
+                "channel": "regular",
+                "version": "1.0.0",
+                "message": "waiting for the module to report its state",
+                "resource": {
+                    "apiVersion": "operator.kyma-project.io/v1alpha1",
+                    "kind": "Keda",
+                    "metadata": {"name": "default", "namespace": "kyma-system", "generation": 1},
+                },
+            }
+        ]
+        assert {c["type"] for c in status["conditions"]} >= {"Runtime", "SKRWebhook", "Modules"}

@@ -10,7 +10,7 @@ from pki import services as pki
 from tests.reconciler.helpers import CONFIGMAP, conditions, reconcile
 from tests.support.runtimes import connected_kyma, keda_module, klm_watcher
 from watchers.models import Watcher
-from watchers.rendering import MODULE_CRS_WEBHOOK
+from watchers.rendering import MODULE_CRS_WEBHOOK, OWNED_OBJECTS_WEBHOOK
 from watchers.services import watcher_apply, watcher_delete, watchers_finalize
 
 pytestmark = pytest.mark.django_db
@@ -27,7 +27,7 @@ def webhooks(runtime) -> list[str]:
     return [
         w["name"]
         for w in runtime.get_object("validatingwebhookconfigurations", "skr-webhook")["webhooks"]
-        if w["name"] != MODULE_CRS_WEBHOOK  # the catalog's module CRs, not a Watcher's
+        if w["name"] not in (MODULE_CRS_WEBHOOK, OWNED_OBJECTS_WEBHOOK)  # not a Watcher's
     ]
 
 

@@ -16,7 +16,7 @@ from tests.factories import KymaFactory
 from tests.reconciler.helpers import reconcile
 from tests.support.runtimes import KLM, connected_kyma, keda_module
 from watchers.models import Watcher
-from watchers.rendering import MODULE_CRS_WEBHOOK
+from watchers.rendering import MODULE_CRS_WEBHOOK, OWNED_OBJECTS_WEBHOOK
 from watchers.resources import WatcherKind
 from watchers.services import watcher_apply, watcher_delete
 from watchers.status import CONDITION, watchers_status_refresh
@@ -41,7 +41,9 @@ def rollout(watcher: Watcher) -> dict:
 
 def webhooks(runtime) -> list[str]:
     config = runtime.get_object("validatingwebhookconfigurations", "skr-webhook")
-    return [w["name"] for w in config["webhooks"] if w["name"] != MODULE_CRS_WEBHOOK]
+    return [
+        w["name"] for w in config["webhooks"] if w["name"] not in (MODULE_CRS_WEBHOOK, OWNED_OBJECTS_WEBHOOK)
+    ]
 
 
 def upstream_status_schema() -> dict:

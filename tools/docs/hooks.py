@@ -38,6 +38,7 @@ from tools.docs import (
     metrics,
     openapi,
     runtime_access,
+    runtime_steps,
 )
 from tools.docs.django_setup import setup as django_setup
 
@@ -100,6 +101,8 @@ def _placeholder(name: str, argument: str | None) -> str | None:
         return layers.forbidden_table()
     if name == "runtime-access":
         return runtime_access.markdown()
+    if name == "runtime-steps":
+        return runtime_steps.markdown()
     if name == "runtime-watcher-settings":
         return environment.runtime_watcher_markdown()
     if name == "openapi-operations":

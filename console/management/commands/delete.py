@@ -3,6 +3,9 @@
 The same services as the API: an object with something to clean up (a Kyma's runtime, a
 Watcher's resources in every runtime) enters Deleting and its reconcile removes it; ``--wait``
 polls until the object is gone (exit 0) or the timeout passes (exit 1, naming its state).
+``delete kymas NS/NAME --forget-runtime [--reason TEXT]`` lets a Kyma that is being deleted go
+without cleaning its runtime up, when that runtime is gone for good (as the Kyma page's button
+and the API's ``forget-runtime``; recorded in the audit trail).
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from fleet.models import Kyma, Module, SyncResource
 from fleet.services import kymas as kyma_services
 from fleet.services import modules as module_services
+from fleet.services.deletion import kyma_forget_runtime
 from kernel import audit
 from kernel.documents.registry import ResourceKind, in_words, listable
+from kernel.errors import ApplicationError
 from kernel.management.arguments import seconds
 from kernel.management.targets import kind_named, object_named
 from watchers.models import Watcher
@@ -56,6 +61,14 @@ class Command(BaseCommand):
         parser.add_argument(
             "--timeout", type=seconds, default=300, help="seconds --wait waits at most (default 300)"
         )
+        parser.add_argument(
+            "--forget-runtime",
+            action="store_true",
+            help="kymas only: a Kyma being deleted whose runtime is gone for good goes without its cleanup",
+        )
+        parser.add_argument(
+            "--reason", default="", help="why (with --forget-runtime: kept in the audit trail)"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         kind = kind_named(options["kind"])
@@ -64,6 +77,9 @@ class Command(BaseCommand):
             raise CommandError(f"{kind.plural} cannot be deleted on their own")
         obj = object_named(kind, options["target"])
         label = f"{kind.kind.lower()}/{obj.name}"
+        if options["forget_runtime"]:
+            self._forget(obj, label, options)
+            return
         with audit.acting(audit.command_actor(f"manage.py delete {options['kind']} {options['target']}")):
             gone = deleter(obj)
         if gone:
@@ -80,3 +96,19 @@ class Command(BaseCommand):
                 raise CommandError(f"{label} not gone after {options['timeout']:g} s (state: {state})")
             time.sleep(0.5)
         self.stdout.write(f"{label} deleted")
+
+    def _forget(self, obj: Any, label: str, options: dict[str, Any]) -> None:
+        if not isinstance(obj, Kyma):
+            raise CommandError("--forget-runtime is for kymas only")
+        actor = audit.command_actor(f"manage.py delete kymas {options['target']} --forget-runtime")
+        try:
+            with audit.acting(actor):
+                gone = kyma_forget_runtime(kyma=obj, reason=options["reason"])
+        except ApplicationError as exc:
+            raise CommandError(exc.message) from exc
+        if gone:
+            self.stdout.write(f"{label} deleted (its runtime forgotten: nothing was cleaned up there)")
+        else:
+            self.stdout.write(
+                f"{label} runtime forgotten; other finalizers hold it: {', '.join(obj.finalizers)}"
+            )

@@ -300,3 +300,28 @@ def test_a_strategic_merge_patch_merges_keyed_lists_and_a_custom_resource_refuse
         "the body of the request was in an unknown format - accepted media types include: "
         "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
     )
+
+
+def test_a_priority_class_is_answered_with_its_defaults_and_without_a_false_global_default(client, ns):
+    """A boolean field that is false (``omitempty`` in Go) is left out of every answer: an object
+    compared with what was applied must not count its absence as a change (reconciler.drift)."""
+    where = path("scheduling.k8s.io/v1", "priorityclasses", None, f"contract-{ns}")
+    doc = {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": f"contract-{ns}"},
+        "value": 1000,
+        "globalDefault": False,
+    }
+    try:
+        applied = client.apply(where, doc, manager="contract")
+        read = client.get(where)
+    finally:
+        client.delete(where)
+
+    for answer in (applied, read):
+        assert answer.ok, answer.message
+        assert "globalDefault" not in answer.body
+        assert answer.body["preemptionPolicy"] == "PreemptLowerPriority"
+    fields = next(f for f in applied.body["metadata"]["managedFields"] if f["manager"] == "contract")
+    assert "f:globalDefault" in fields["fieldsV1"]  # still the manager's field

@@ -63,7 +63,9 @@ def test_a_finalizer_holds_an_object_until_it_is_removed(client, ns):
     released = client.merge(where, {"metadata": {"finalizers": None}})
 
     assert deleting.status == 200
+    # (the answer is the object, with its finalizers: RuntimeClient.delete_pending reads them)
     assert deleting.body["metadata"]["deletionTimestamp"]
+    assert deleting.body["metadata"]["finalizers"] == ["contract.example.com/hold"]
     assert held.status == 200
     assert held.body["metadata"]["deletionTimestamp"] == deleting.body["metadata"]["deletionTimestamp"]
     assert edited.status == 200  # a deleting object can still change (its status, its finalizers)
