@@ -414,7 +414,7 @@ def differing(runtimes: list, kymas: dict[str, int]) -> list[str]:
     copies = {
         pk: (channel, generation, seen)
         for pk, channel, generation, seen in Kyma.objects.filter(pk__in=kymas.values()).values_list(
-            "pk", "channel", "generation", "runtime_kyma_generation"
+            "pk", "channel", "generation", "runtime_sync__runtime_kyma_generation"
         )
     }
     found = []
@@ -454,7 +454,9 @@ def wait_ready(kymas: list[Kyma], timeout: float) -> None:
     ids = [k.pk for k in kymas]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        ready = Kyma.objects.filter(pk__in=ids, state="Ready", watcher_last_seen_at__isnull=False).count()
+        ready = Kyma.objects.filter(
+            pk__in=ids, state="Ready", watcher_contact__last_seen_at__isnull=False
+        ).count()
         if ready == len(ids):
             return
         time.sleep(1)

@@ -18,7 +18,8 @@ this benchmark queued through beat's task, it asked for full reconciles, which a
 two: 5.00 reads per no-op.) The SQL figure counts one query for a no-op reconcile's queue mark
 when marks live in the database (no Redis). The last lines are machine-readable::
 
-    fleet: size=N rtt_ms=R noop_per_s=X reads_per_noop=A writes_per_noop=B sql_per_noop=Q workers_rss_mib=M
+    fleet: size=N rtt_ms=R noop_per_s=X reads_per_noop=A writes_per_noop=B sql_per_noop=S \
+           cpu_ms_per_noop=C workers_rss_mib=M      (one line, wrapped here)
     fleet: rtt_ratio=Y        (no-op rate at the largest round trip / at 0, largest size)
 
 Goals: at 10,000 runtimes and 50 ms, a no-op sweep in <= 300 s (120 s), rtt_ratio >= 0.7, the
@@ -34,21 +35,28 @@ Use BENCH_DATABASE_URL (PostgreSQL) and BENCH_BROKER_URL (Redis) for production-
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
+import shutil
+import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
+import profiling
 from common import (
     KEDA_IN_KYMA,
     clear_fleet,
+    cpu_by_role,
     database_label,
     keda_module,
     klm_watcher,
     parse_args,
     register_kymas,
     setup_django,
+    spawn,
     start_workers,
     stop_processes,
 )
@@ -71,7 +79,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from fleet import queue
-from fleet.models import Kyma, Module, ModuleConfig, ReconcileRecord
+from fleet.models import Kyma, Module, ModuleConfig, ReconcileRecord, ReconcileState
 from fleet.queue.marks import flags
 from fleet.tasks import reconcile_due
 from pki import services as pki
@@ -123,7 +131,7 @@ def sweep(
     """Make every Kyma due and run beat's sweep (the task beat sends, in this process), then wait
     until all of ``wait_for`` (default: all of them) have run."""
     started = time.perf_counter()
-    Kyma.objects.update(next_reconcile_at=timezone.now())
+    ReconcileState.objects.update(next_reconcile_at=timezone.now())
     queued = reconcile_due()
     if queued != len(ids):
         raise RuntimeError(f"beat's sweep queued {queued} of {len(ids)} Kymas")
@@ -164,16 +172,75 @@ def queries_per_noop(kyma_id: int) -> tuple[int, int]:
     return len(captured), record.runtime_writes
 
 
-def noop_sweep(host: EmulatorHost, runtimes: list, ids: list[int], procs: list, rtt: float) -> dict:
+def profile_start(procs: list, directory: str, name: str) -> list:
+    """With ``--profile DIR``: py-spy (if installed) samples the thread holding each worker
+    process's GIL (the Python code using the CPU, not threads waiting on a socket) over the sweep, into ``DIR/<size>-<rtt>-<n>.txt`` (collapsed stacks, for flame graphs and for
+    ``bench/profile_summary.py``)."""
+    if not directory:
+        return []
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    return [
+        spawn(
+            [
+                spy,
+                "record",
+                "--pid",
+                str(proc.pid),
+                "--rate",
+                "200",
+                "--gil",
+                "--format",
+                "raw",
+                "--nonblocking",
+                "--output",
+                str(Path(directory) / f"{name}-{number}.txt"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for number, proc in enumerate(procs)
+    ]
+
+
+def profile_stop(profilers: list) -> None:
+    """py-spy writes its samples when interrupted (SIGINT), then exits."""
+    for proc in profilers:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGINT)
+    for proc in profilers:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(30)
+    stop_processes(profilers)
+
+
+def noop_sweep(
+    host: EmulatorHost, runtimes: list, ids: list[int], procs: list, rtt: float, profile: str = ""
+) -> dict:
     """One steady-state sweep at round trip ``rtt``: its rate, calls per reconcile and memory."""
     host.set_latency(rtt, runtimes)
     for runtime in runtimes:
         runtime.counts.reset()
-    seconds = sweep(ids, last_record_id())
+    roots = {"workers": [proc.pid for proc in procs]}
+    profilers = profile_start(procs, profile, f"{len(ids)}-{rtt * 1000:.0f}ms")
+    cpu_before = cpu_by_role(roots)["workers"]
+    try:
+        seconds = sweep(ids, last_record_id())
+    finally:
+        cpu = cpu_by_role(roots)["workers"] - cpu_before
+        profile_stop(profilers)
+    cpu_ms = cpu * 1000 / len(ids)
     return {
+        "profile": profiling.report(
+            sorted(Path(profile).glob(f"{len(ids)}-{rtt * 1000:.0f}ms-*.txt")), cpu_ms
+        )
+        if profile
+        else [],
         "rtt": rtt,
         "noop": seconds,
         "rate": len(ids) / seconds,
+        "cpu_ms": cpu_ms,
+        "load": os.getloadavg()[0],
         "reads": sum(rt.counts.reads for rt in runtimes) / len(ids),
         "writes": sum(rt.counts.writes for rt in runtimes) / len(ids),
         "memory": sum(rss_mib(proc.pid) for proc in procs),
@@ -209,7 +276,7 @@ def measure(host: EmulatorHost, size: int, args: argparse.Namespace, compare: li
         ModuleConfig.objects.update(status={"state": "Ready"})  # the module managers report in
         result["settle"] = sweep(ids, last_record_id())  # status becomes Ready everywhere
         for rtt in rtts:
-            result["rows"].append(noop_sweep(host, runtimes, ids, procs, rtt))
+            result["rows"].append(noop_sweep(host, runtimes, ids, procs, rtt, args.profile))
         if args.slow:
             result["slow"] = slow_sweep(host, runtimes, ids[:], rtts[0], args.slow)
             result["slow_base"] = result["rows"][0]["noop"] * (size - 1) / size
@@ -263,6 +330,9 @@ def main() -> None:
         help="pool:concurrency list swept again at the smallest size and the round trip ('' skips)",
     )
     parser.add_argument(
+        "--profile", default="", help="directory: py-spy samples the workers over each no-op sweep"
+    )
+    parser.add_argument(
         "--first-only", action="store_true", help="stop after the first reconciles (no sweeps, no summary)"
     )
     args = parse_args(
@@ -300,8 +370,11 @@ def main() -> None:
                 print(
                     f"no-op sweep at {row['rtt'] * 1000:3.0f} ms: {row['noop']:7.1f} s = {row['rate']:6.1f} "
                     f"reconciles/s; {row['reads']:.2f} reads, {row['writes']:.2f} writes per reconcile; "
-                    f"workers {row['memory']:.0f} MiB"
+                    f"{row['cpu_ms']:.1f} ms of worker CPU per reconcile; workers {row['memory']:.0f} MiB "
+                    f"(load average {row['load']:.1f})"
                 )
+                for line in row["profile"]:
+                    print(f"  {line}")
             if "slow" in result:
                 base_rate = (size - 1) / result["slow_base"]
                 rate = (size - 1) / result["slow"]
@@ -332,7 +405,8 @@ def main() -> None:
             print(
                 f"fleet: size={result['size']} rtt_ms={row['rtt'] * 1000:.0f} noop_per_s={row['rate']:.1f} "
                 f"reads_per_noop={row['reads']:.2f} writes_per_noop={row['writes']:.2f} "
-                f"sql_per_noop={result['queries']} workers_rss_mib={row['memory']:.0f}"
+                f"sql_per_noop={result['queries']} cpu_ms_per_noop={row['cpu_ms']:.1f} "
+                f"workers_rss_mib={row['memory']:.0f}"
             )
     largest = results[-1]["rows"]
     print(f"fleet: rtt_ratio={largest[0]['rate'] / largest[-1]['rate']:.2f}")

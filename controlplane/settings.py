@@ -412,8 +412,10 @@ RECONCILE_QUEUED_TTL: int = env.int("RECONCILE_QUEUED_TTL", default=120)
 #: Seconds after its due time a queued reconcile that never started counts as lost (its publisher or the
 #: worker holding it died), while the broker's queue is short: beat's sweep queues it again.
 RECONCILE_OVERDUE_AFTER: float = env.float("RECONCILE_OVERDUE_AFTER", default=30)
-#: How long a worker may hold a Kyma before another may take over.
-RECONCILE_LEASE_SECONDS: int = env.int("RECONCILE_LEASE_SECONDS", default=60)
+#: How long a reconcile's lease on its Kyma lasts unless renewed: a keeper thread in each worker
+#: process renews it every quarter of this while the reconcile runs, so a worker that dies frees
+#: its Kymas within it (beat's sweep then queues them again).
+RECONCILE_LEASE_SECONDS: int = env.int("RECONCILE_LEASE_SECONDS", default=8)
 
 # --- PKI -------------------------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from fleet.services import modules as module_services
 from kernel.documents.hashing import document_hash
 from kernel.timefmt import display
 
-from .apply import key_of, read, resource_name, verified_recently
+from .apply import key_of, note_seen, read, resource_name, verified_recently
 from .context import FALSE, TRUE, ModuleOutcome, ReconcileContext
 
 MANAGED_BY = {"operator.kyma-project.io/managed-by": "kyma"}
@@ -266,7 +266,7 @@ def _one(
         )
         if was_changed and module.notifies:
             changed.append(config.pk)
-    ctx.verified[key] = [digest, int(ctx.now.timestamp())]
+    note_seen(ctx, key, digest)
     state, message = _state_of(config, live)
     return ModuleOutcome(
         module.name,

@@ -102,7 +102,7 @@ def sync(ctx: ReconcileContext, watchers: list[Watcher]) -> None:
         if doc["kind"] == "Deployment":
             deployment = live
     _remove_legacy(ctx)
-    ctx.kyma.applied_watchers = sorted(rollout_mark(w) for w in watchers)
+    ctx.sync.applied_watchers = sorted(rollout_mark(w) for w in watchers)
     if deployment is None:  # just applied: its status is only known after the apply settled
         deployment = ctx.client.get("apps/v1", "Deployment", NAME, NAMESPACE)
     readiness(ctx, deployment)
@@ -125,7 +125,7 @@ def _apply(ctx: ReconcileContext, doc: dict[str, Any]) -> dict[str, Any] | None:
 
 def _remove_legacy(ctx: ReconcileContext) -> None:
     """Delete the NetworkPolicies this project used to name otherwise, in a runtime known to
-    hold them (a key in ``Kyma.runtime_verified``): nothing to do, and no request, elsewhere."""
+    hold them (a key in ``RuntimeSync.runtime_verified``): nothing to do, and no request, elsewhere."""
     for name in LEGACY_NETWORK_POLICIES:
         key = "|".join(("networking.k8s.io/v1", "NetworkPolicy", NAMESPACE, name))
         if ctx.verified.pop(key, None) is not None:

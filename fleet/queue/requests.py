@@ -1,6 +1,6 @@
 """Queueing of Kyma reconciles: coalesced, durable, and never two at once for one Kyma.
 
-*Coalescing.* A mark per Kyma (:mod:`.marks`: a Redis key, or a column) says "a
+*Coalescing.* A mark per Kyma (:mod:`.marks`: a Redis key, or a row beside the Kyma) says "a
 reconcile task is in the broker and has not started". A request claims the mark and publishes a
 task only if it won the claim; a worker clears the mark when the task starts, *before* it reads
 any state. So an event that arrives while a task waits is covered by that task, and an event that
@@ -62,9 +62,9 @@ from kombu.exceptions import ChannelError
 from kombu.exceptions import OperationalError as KombuOperationalError
 from redis.exceptions import RedisError
 
-from fleet.models import Kyma
 from kernel.errors import QueueUnavailable
 
+from . import schedule
 from .changes import StoredChange
 from .marks import FULL, Started, flags
 
@@ -119,7 +119,7 @@ def _publish_failed(kyma_ids: list[int], eta: dt.datetime) -> None:
     with contextlib.suppress(RedisError):
         flags().release(kyma_ids, eta)
     with contextlib.suppress(DatabaseError):
-        Kyma.objects.filter(id__in=kyma_ids).update(next_reconcile_at=timezone.now())
+        schedule.due_now(kyma_ids, timezone.now())
 
 
 def kyma_reconcile_request(
