@@ -2,9 +2,10 @@
 
 ``bench/fleet.py --profile DIR`` has py-spy (``pip install py-spy``; not a dependency of the
 project) sample the thread holding each worker process's GIL while a no-op sweep runs (``--gil``:
-a thread waiting on a socket or the database holds no GIL and is not counted), as collapsed stacks (one line per
-distinct stack: ``frame;frame;... count``, outermost first). :func:`breakdown` sorts every sample
-into one part, looking from the innermost frame outwards for the first frame that says which:
+a thread waiting on a socket or the database holds no GIL and is not counted), as collapsed
+stacks (one line per distinct stack: ``frame;frame;... count``, outermost first).
+:func:`breakdown` sorts every sample into one part, looking from the innermost frame outwards
+for the first frame that says which:
 
 - ``TLS``: the ``ssl`` module (reads, writes, handshakes of the runtime connections);
 - ``JSON of runtime answers``: ``json`` called from the runtime client (``fleet/k8s``);

@@ -695,6 +695,10 @@ RECONCILE_STORED_WAIT: float = env.float("RECONCILE_STORED_WAIT", default=1.0)
 RECONCILE_SWEEP_INTERVAL: float = env.float("RECONCILE_SWEEP_INTERVAL", default=2)
 #: Kymas queued per scan at most.
 RECONCILE_SWEEP_LIMIT: int = env.int("RECONCILE_SWEEP_LIMIT", default=5000)
+#: Periodic reconciles per task: beat's sweep queues due Kymas in batches of this many, each batch
+#: reading what its Kymas share once (the Watchers, the catalog, the CA bundle, their certificates,
+#: ModuleConfigs and SyncResources) and inserting their records at once (1: one task per Kyma).
+RECONCILE_BATCH_SIZE: int = env.int("RECONCILE_BATCH_SIZE", default=20)
 #: Seconds per notification POST to a module manager.
 MODULE_NOTIFY_TIMEOUT: float = env.float("MODULE_NOTIFY_TIMEOUT", default=5)
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import functools
 from collections.abc import Iterable
 from typing import Any
 
@@ -115,7 +116,9 @@ def desired(ctx: ReconcileContext) -> list[dict[str, Any]]:
     return docs
 
 
+@functools.cache
 def crds() -> list[dict[str, Any]]:
+    """The catalog's two CRDs, rendered and hashed once per process; callers must not change them."""
     return [stamped(module_template_crd()), stamped(module_release_meta_crd())]
 
 

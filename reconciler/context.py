@@ -102,6 +102,9 @@ class ReconcileContext:
     # What the reconciler last synced with this runtime (written by the steps, and at the end)
     sync: RuntimeSync = field(init=False)
     synced_watchers: list = field(init=False)  # RuntimeSync.applied_watchers as read
+    # A batch's reads (reconciler.shared): the catalog, Watchers, CA bundle, this Kyma's
+    # certificate, ModuleConfigs and SyncResources, read once for every Kyma of the batch.
+    shared: Any = None
     _catalog: dict[str, Module] | None = None
     _targets: KymaTargets | None = None
     _window: maintenance.WindowState | None = None
@@ -119,7 +122,11 @@ class ReconcileContext:
         """The module catalog by name, read once per reconcile (tens of rows): the watcher's
         module-CR webhook and the module step both use it, so it costs one query, not two."""
         if self._catalog is None:
-            self._catalog = {module.name: module for module in Module.objects.all()}
+            self._catalog = (
+                self.shared.catalog()
+                if self.shared is not None
+                else {module.name: module for module in Module.objects.all()}
+            )
         return self._catalog
 
     @property

@@ -79,7 +79,12 @@ def sync(ctx: ReconcileContext) -> list[int]:
     kyma = ctx.kyma
     entries = kyma.module_entries()
     catalog = ctx.catalog()
-    configs = {c.module_id: c for c in ModuleConfig.objects.filter(kyma=kyma).select_related("module")}
+    found = (
+        ctx.shared.module_configs(kyma)
+        if ctx.shared is not None
+        else ModuleConfig.objects.filter(kyma=kyma).select_related("module")
+    )
+    configs = {c.module_id: c for c in found}
     changed: list[int] = []
     missing = []
     for entry in entries:

@@ -15,6 +15,7 @@ still written when (and only when) the control plane's view moved.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -44,9 +45,11 @@ MIRRORED_KEY = f"{VERIFIED_KEY}|status"
 CRD_SERVED_WAITS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)  # seconds: about 3 in all
 
 
+@functools.cache
 def kyma_crd() -> dict[str, Any]:
     """The Kyma CRD the runtime needs to store its Kyma (the control plane installs it, as upstream),
-    with our own schema, so the runtime's API server validates users' edits (``.kyma_crd``)."""
+    with our own schema, so the runtime's API server validates users' edits (``.kyma_crd``).
+    Rendered and hashed once per process (it never changes); callers must not change it."""
     return stamped(_unstamped_crd())
 
 

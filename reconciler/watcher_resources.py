@@ -75,13 +75,20 @@ def left_as_is(ctx: ReconcileContext) -> bool:
 
 def sync(ctx: ReconcileContext, watchers: list[Watcher]) -> None:
     """Apply what changed and report readiness; a certificate problem is an Error."""
+    shared = ctx.shared
     try:
-        certificate = pki.certificate_for_kyma(kyma=ctx.kyma, now=ctx.now)
+        certificate = (
+            shared.certificate(ctx.kyma, ctx.now)
+            if shared is not None
+            else pki.certificate_for_kyma(kyma=ctx.kyma, now=ctx.now)
+        )
     except pki.PKIError as exc:
         ctx.condition("SKRWebhook", FALSE, "CertificateError", exc.message)
         ctx.fatal = exc.message
         return
-    tls = pki.runtime_secret_data(certificate, now=ctx.now)
+    tls = pki.runtime_secret_data(
+        certificate, now=ctx.now, bundle=shared.ca_bundle() if shared is not None else None
+    )
     watchers = runtime_watchers(ctx.targets, watchers)
     try:
         docs = runtime_watcher_resources(

@@ -34,6 +34,7 @@ from .lease import (
 from .marks import Started, flags
 from .requests import (
     PERIODIC_REASON,
+    RECONCILE_BATCH_TASK,
     RECONCILE_TASK,
 )
 from .requests import (
@@ -73,6 +74,7 @@ from .schedule import next_at as next_due_at
 __all__ = [
     "MAX_HOLD",
     "PERIODIC_REASON",
+    "RECONCILE_BATCH_TASK",
     "RECONCILE_TASK",
     "Coverage",
     "LeaseBusy",

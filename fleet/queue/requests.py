@@ -56,6 +56,7 @@ import logging
 from collections.abc import Collection, Sequence
 
 from celery import current_app
+from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 from kombu.exceptions import ChannelError
@@ -71,6 +72,8 @@ from .marks import FULL, Started, flags
 log = logging.getLogger(__name__)
 
 RECONCILE_TASK = "controlplane.kyma_reconcile"
+# Beat's sweep: the periodic reconciles of due Kymas, RECONCILE_BATCH_SIZE to a task.
+RECONCILE_BATCH_TASK = "controlplane.kyma_reconcile_batch"
 # The reason of beat's sweep. A reconcile queued only for it may trust the runtime watcher's events
 # for what they cover (see ``reconciler.engine``); any other reason reads everything.
 PERIODIC_REASON = "periodic"
@@ -106,6 +109,23 @@ def _publish(
                 RECONCILE_TASK,
                 args=[kyma_id],
                 kwargs={**kwargs, "busy": 1} if kyma_id in busy else kwargs,
+                producer=producer,
+                retry=True,
+                **options,
+            )
+
+
+def _publish_batches(kyma_ids: Sequence[int], countdown: float, reason: str) -> None:
+    """Beat's periodic reconciles, ``RECONCILE_BATCH_SIZE`` Kymas to a task (each Kyma marked as
+    for a task of its own: the batch clears each mark as it starts that Kyma)."""
+    size = settings.RECONCILE_BATCH_SIZE
+    options = {"countdown": countdown} if countdown > 0 else {}
+    with current_app.producer_or_acquire() as producer:
+        for start in range(0, len(kyma_ids), size):
+            current_app.send_task(
+                RECONCILE_BATCH_TASK,
+                args=[list(kyma_ids[start : start + size])],
+                kwargs={"reason": reason},
                 producer=producer,
                 retry=True,
                 **options,
@@ -176,7 +196,10 @@ def _request(
     try:
         # The unmarked ones first: if they fail, no claimed task went out yet to undo.
         _publish(extra, countdown, reason, urgent=True, marked=False, busy=busy)
-        _publish(claimed, countdown, reason, urgent=urgent, busy=busy)
+        if reason == PERIODIC_REASON and not urgent and settings.RECONCILE_BATCH_SIZE > 1:
+            _publish_batches(claimed, countdown, reason)
+        else:
+            _publish(claimed, countdown, reason, urgent=urgent, busy=busy)
     except (KombuOperationalError, OSError) as exc:
         _publish_failed(claimed, eta)
         raise QueueUnavailable(f"the task queue is unavailable: {exc}") from exc

@@ -65,8 +65,11 @@ def reconcile_finished(
         _upsert([kyma_id], values)
         return True
     KEEPER.drop(kyma_id, owner)
-    return bool(
-        ReconcileState.objects.filter(kyma_id=kyma_id, lease_owner=owner).update(
-            lease_owner="", lease_until=None, **values
+    adapt = connection.ops.adapt_datetimefield_value
+    with connection.cursor() as cursor:  # (plain SQL: the ORM's UPDATE cost a no-op 1 ms of CPU)
+        cursor.execute(
+            f"UPDATE {TABLE} SET lease_owner = '', lease_until = NULL, last_reconcile_at = %s, "
+            "next_reconcile_at = %s, error_streak = %s WHERE kyma_id = %s AND lease_owner = %s",
+            [adapt(ran_at), adapt(next_at), error_streak, kyma_id, owner],
         )
-    )
+        return cursor.rowcount > 0

@@ -4,10 +4,13 @@ dashboard (rollouts under way) and the metrics."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from django.utils import timezone
 
 from fleet.models import Kyma, Module, Rollout, RolloutState, RolloutTarget, TargetState
 from fleet.rollouts import services as rollout_services
@@ -114,8 +117,10 @@ def test_the_rollouts_list_shows_state_change_and_progress(admin_client):
 def test_the_kyma_page_says_which_rollout_holds_which_target_and_when_its_window_opens(admin_client):
     from fleet.models import MaintenancePolicy
 
+    # (a day other than today's: on Saturdays from 21:00 the window was open and the page said so)
+    day = (timezone.now() + dt.timedelta(days=2)).strftime("%a")
     MaintenancePolicy.objects.create(
-        policy={"rules": [], "default": {"days": ["Sat"], "begin": "21:00:00+00:00", "end": "23:00:00+00:00"}}
+        policy={"rules": [], "default": {"days": [day], "begin": "21:00:00+00:00", "end": "23:00:00+00:00"}}
     )
     rollout = make_rollout()
     pending = RolloutTarget.objects.filter(rollout=rollout, state=TargetState.PENDING).first().kyma
