@@ -229,9 +229,12 @@ def kyma_reconcile_run(
     named. An unmarked task (a control-plane change: a module manager's SyncResource) is targeted:
     a request that wanted more also marked the queued task, which follows.
 
-    Database round trips of a no-op: the lease is taken first and the Kyma read once under it;
-    the status write releases the lease in the same UPDATE; the record is inserted without
-    looking whether the Kyma still exists (the cleanup says when it deleted the row).
+    Database round trips of a no-op: the lease is taken first (one upsert of the Kyma's
+    ``ReconcileState`` row) and the Kyma read once under it, with the rows beside it (one query);
+    the schedule write releases the lease in the same UPDATE, and the status (the Kyma row) and
+    ``RuntimeSync`` are written only when they moved; the record is inserted without looking
+    whether the Kyma still exists (the cleanup says when it deleted the row), by the batch for
+    all its Kymas at once (``records``). ``shared``: the batch's reads (:mod:`.shared`).
     """
     queue.lease_release_unreleased()  # a reconcile that met a database outage held one
     if marked:

@@ -45,7 +45,12 @@ a few slots of each worker process (``RECONCILE_BUSY_SLOTS``, :mod:`reconciler.r
 none is free they wait, holding their mark, so events meanwhile coalesce into them. So a storm of
 edits in many runtimes neither queues nor slows down a quiet runtime's reconcile.
 
-*Mutual exclusion* is :mod:`.lease`; what a task does when it cannot run now, :mod:`.retry`.
+*Batches.* Beat's periodic reconciles (``reason="periodic"``) go out ``RECONCILE_BATCH_SIZE`` Kymas
+to a task (``controlplane.kyma_reconcile_batch``): each Kyma is marked as for a task of its own,
+and the batch clears each mark as it starts that Kyma (``reconciler.run``).
+
+*Mutual exclusion* is :mod:`.lease`; what a task does when it cannot run now, :mod:`.retry`;
+when the next periodic reconcile is due, :mod:`.schedule`.
 """
 
 from __future__ import annotations
