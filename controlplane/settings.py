@@ -240,12 +240,15 @@ LOGGING = {
         "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
         "json": {"()": "kernel.logfmt.JsonFormatter"},
     },
-    "filters": {"beat_sends_at_debug": {"()": "kernel.logfmt.BeatSendsAtDebug"}},
+    "filters": {
+        "beat_sends_at_debug": {"()": "kernel.logfmt.BeatSendsAtDebug"},
+        "database_unavailable_one_line": {"()": "kernel.logfmt.DatabaseUnavailableOneLine"},
+    },
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",
             "formatter": LOG_FORMAT,
-            "filters": ["beat_sends_at_debug"],
+            "filters": ["beat_sends_at_debug", "database_unavailable_one_line"],
         }
     },
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
@@ -379,11 +382,13 @@ if WORKER_RECONNECT_MAX <= 0:
 # a reconcile is idempotent and leased): Celery 6 would cancel them by default.
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 
-#: Beat's election: the leading beat renews its lease every third of this; a standby takes over this long
-#: (plus one poll) after the leader died, at once after it stopped on purpose.
-BEAT_LEASE_SECONDS: float = env.float("BEAT_LEASE_SECONDS", default=10.0)
-#: Seconds between a standing-by beat's tries to take the lease.
-BEAT_STANDBY_POLL: float = env.float("BEAT_STANDBY_POLL", default=1.0)
+#: Beat's election: the leading beat renews its lease every quarter of this (from a thread of its own, so a
+#: slow send never delays it); a standby takes over this long (plus one poll) after the leader died, at once
+#: after it stopped on purpose.
+BEAT_LEASE_SECONDS: float = env.float("BEAT_LEASE_SECONDS", default=4.0)
+#: Seconds between a standing-by beat's tries to take the lease (the first retry's delay while the database
+#: is away, doubling up to `BEAT_LEASE_SECONDS`).
+BEAT_STANDBY_POLL: float = env.float("BEAT_STANDBY_POLL", default=0.5)
 if not 0 < BEAT_STANDBY_POLL < BEAT_LEASE_SECONDS:
     raise ImproperlyConfigured("BEAT_STANDBY_POLL must be positive and below BEAT_LEASE_SECONDS")
 #: Side port of each beat process (empty: none): `/healthz` (liveness: its loop comes round), `/readyz` (its

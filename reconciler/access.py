@@ -199,7 +199,9 @@ def guard_manifests(field_manager: str = ACCOUNT) -> list[dict[str, Any]]:
                             "apiGroups": ["*"],
                             "apiVersions": ["*"],
                             "operations": ["CREATE", "UPDATE", "DELETE"],
-                            "resources": ["*", "*/*"],
+                            "resources": [
+                                "*/*"
+                            ],  # every resource and subresource (the API server refuses "*" beside it)
                             "scope": "*",
                         }
                     ]

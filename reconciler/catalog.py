@@ -20,7 +20,6 @@ as the Kyma's does.
 
 from __future__ import annotations
 
-import copy
 import datetime as dt
 import functools
 from collections.abc import Iterable
@@ -56,22 +55,6 @@ def _metadata(name: str, module: str) -> dict[str, Any]:
     }
 
 
-def default_cr(module: Module) -> dict[str, Any]:
-    """The module's default CR as a whole object (a ModuleTemplate's ``data``)."""
-    default = copy.deepcopy(module.default_cr or {})
-    metadata = default.get("metadata") or {}
-    return {
-        "apiVersion": module.cr_api_version,
-        "kind": module.cr_kind,
-        "metadata": {
-            "name": metadata.get("name") or module.cr_name,
-            "namespace": metadata.get("namespace") or module.cr_namespace,
-            **{key: metadata[key] for key in ("labels", "annotations") if metadata.get(key)},
-        },
-        "spec": default.get("spec") or {},
-    }
-
-
 def module_template(module: Module, version: str) -> dict[str, Any]:
     return {
         "apiVersion": API_VERSION,
@@ -82,7 +65,7 @@ def module_template(module: Module, version: str) -> dict[str, Any]:
             "version": version,
             "mandatory": False,
             "requiresDowntime": module.requires_downtime(version),
-            "data": default_cr(module),
+            "data": module.default_cr_object(),
             "descriptor": {},
         },
     }

@@ -33,24 +33,15 @@ MANAGED_BY = {"operator.kyma-project.io/managed-by": "kyma"}
 
 
 def module_resource(module: Module, kyma_runtime_id: str) -> dict[str, Any]:
-    default = module.default_cr or {}
-    metadata = default.get("metadata") or {}
-    return {
-        "apiVersion": module.cr_api_version,
-        "kind": module.cr_kind,
-        "metadata": {
-            "name": metadata.get("name") or module.cr_name,
-            "namespace": metadata.get("namespace") or module.cr_namespace,
-            "labels": {
-                **(metadata.get("labels") or {}),
-                **MANAGED_BY,
-                "operator.kyma-project.io/module-name": module.name,
-                "kyma-project.io/runtime-id": kyma_runtime_id,
-            },
-            **({"annotations": metadata["annotations"]} if metadata.get("annotations") else {}),
-        },
-        "spec": default.get("spec") or {},
+    """The module's default CR as the control plane creates it in one runtime: with its labels."""
+    doc = module.default_cr_object()
+    doc["metadata"]["labels"] = {
+        **doc["metadata"].get("labels", {}),
+        **MANAGED_BY,
+        "operator.kyma-project.io/module-name": module.name,
+        "kyma-project.io/runtime-id": kyma_runtime_id,
     }
+    return doc
 
 
 def _tracking(doc: dict[str, Any]) -> dict[str, Any]:

@@ -164,7 +164,7 @@ def _adopt(ctx: ReconcileContext, channel: str, modules: list) -> None:
     differences = spec_changes(kyma.channel, kyma.module_entries(), channel, modules)
     kyma.channel, kyma.modules = channel, modules
     try:
-        kyma_services.kyma_save(kyma, reconcile=False)  # this reconcile goes on with the new spec
+        kyma_services.kyma_save(kyma=kyma, reconcile=False)  # this reconcile goes on with the new spec
     except ValidationFailed as exc:
         kyma.refresh_from_db()
         ctx.condition(

@@ -6,8 +6,8 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
-from django.core.exceptions import PermissionDenied, ValidationError
-from django.http import Http404, HttpRequest, HttpResponseNotAllowed, HttpResponseRedirect
+from django.core.exceptions import ValidationError
+from django.http import HttpRequest, HttpResponseRedirect
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
@@ -22,6 +22,7 @@ from kernel.admin import (
     ResourceVersionForm,
     WriteOnlySecretField,
     age,
+    object_button,
     secret_state,
     state_badge,
 )
@@ -71,7 +72,7 @@ class ModuleAdmin(ResourceAdmin):
     def save_model(self, request: HttpRequest, obj: Module, form: ModuleForm, change: bool) -> None:
         if form.cleaned_data.get("notify_secret_new"):
             obj.notify_secret = form.cleaned_data["notify_secret_new"]
-        module_services.module_save(obj)
+        module_services.module_save(module=obj)
 
     def delete_service(self, obj: Module) -> bool:
         module_services.module_delete(module=obj)
@@ -171,15 +172,9 @@ class ModuleCredentialAdmin(RefusalsShownMixin, AuditHistoryMixin, admin.ModelAd
         ]
         return urls + super().get_urls()
 
-    def revoke_one_view(self, request: HttpRequest, object_id: str) -> HttpResponseRedirect:
-        """The Revoke buttons of the credential's and the module's pages (POST, change permission)."""
-        credential = self.get_object(request, object_id)
-        if credential is None:
-            raise Http404(f"no module credential with id {object_id!r}")
-        if request.method != "POST":
-            return HttpResponseNotAllowed(["POST"])
-        if not self.has_change_permission(request, credential):
-            raise PermissionDenied
+    @object_button
+    def revoke_one_view(self, request: HttpRequest, credential: ModuleCredential) -> HttpResponseRedirect:
+        """The Revoke buttons of the credential's and the module's pages."""
         if credential_services.module_credential_revoke(credential=credential):
             messages.success(request, f"Revoked {credential}; its key answers 401 from now on.")
         back = request.POST.get("next") or ""

@@ -12,37 +12,14 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
+from console.dashboard.display import job_outcome_text, job_status_badge
 from fleet.jobs.selectors import kyma_names, reconcile_outcome
-from fleet.models import Job, JobStatus
-from kernel.admin import AuditedWritesMixin, ReadOnlyAdmin, age, state_badge, when
+from fleet.models import Job
+from kernel.admin import AuditedWritesMixin, ReadOnlyAdmin, age, when
 
-STATUS_STATES = {
-    JobStatus.PENDING: "",
-    JobStatus.RUNNING: "Processing",
-    JobStatus.COMPLETED: "Ready",
-    JobStatus.FAILED: "Error",
-}
 TARGETS_SHOWN = 20
 # The job page keeps refreshing this long after the queueing ended, while reconciles are pending.
 FOLLOW_RECONCILES = dt.timedelta(minutes=10)
-
-
-def job_status_badge(job: Job) -> str:
-    """A reconcile job that queued everything says what became of the reconciles: "Queued" while
-    they run, then "Reconciled OK" or how many failed (the job's own status is only the queueing)."""
-    outcome = reconcile_outcome(job)
-    if outcome is not None:
-        return state_badge(outcome.state, outcome.label)
-    return state_badge(STATUS_STATES.get(job.status, ""), job.get_status_display())
-
-
-def job_outcome_text(job: Job) -> str:
-    outcome = reconcile_outcome(job)
-    if outcome is not None:
-        return outcome.summary
-    if job.result:
-        return "; ".join(f"{key.replace('_', ' ')}: {value}" for key, value in job.result.items())
-    return job.message or "—"
 
 
 def progress_bar(job: Job, *, large: bool = False) -> str:

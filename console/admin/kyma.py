@@ -28,6 +28,7 @@ from kernel.admin import (
     ResourceVersionForm,
     WriteOnlySecretField,
     age,
+    object_button,
     secret_state,
     state_badge,
 )
@@ -190,7 +191,7 @@ class KymaAdmin(ResourceAdmin):
         return age(seen)
 
     def save_model(self, request: HttpRequest, obj: Kyma, form: KymaForm, change: bool) -> None:
-        kyma_services.kyma_save(obj)
+        kyma_services.kyma_save(kyma=obj)
         if form.cleaned_data.get("kubeconfig_new"):
             kyma_services.kyma_set_kubeconfig(kyma=obj, kubeconfig=form.cleaned_data["kubeconfig_new"])
         elif form.cleaned_data.get("kubeconfig_clear"):
@@ -287,15 +288,9 @@ class KymaAdmin(ResourceAdmin):
             return response
         return HttpResponseRedirect(reverse("admin:controlplane_kyma_change", args=[obj.pk]))
 
-    def reconcile_one_view(self, request: HttpRequest, object_id: str) -> HttpResponseRedirect:
-        """The Kyma page's "Reconcile now" button (POST only; needs the change permission)."""
-        kyma = self.get_object(request, object_id)
-        if kyma is None:
-            raise Http404(f"no Kyma with id {object_id!r}")
-        if request.method != "POST":
-            return HttpResponseNotAllowed(["POST"])
-        if not self.has_change_permission(request, kyma):
-            raise PermissionDenied
+    @object_button
+    def reconcile_one_view(self, request: HttpRequest, kyma: Kyma) -> HttpResponseRedirect:
+        """The Kyma page's "Reconcile now" button."""
         self.reconcile_now(request, Kyma.objects.filter(pk=kyma.pk))
         return HttpResponseRedirect(reverse("admin:controlplane_kyma_change", args=[kyma.pk]))
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.utils.html import format_html, format_html_join
 
+from console.dashboard.display import RECORD_COLUMNS
 from fleet.models import ReconcileRecord
 from kernel.admin import RecordAdmin, admin_link, state_badge
 
@@ -19,16 +20,7 @@ CHANGES_SHOWN = 5  # per row of the list; the Kyma page's timeline and the recor
 
 @admin.register(ReconcileRecord)
 class ReconcileRecordAdmin(RecordAdmin):
-    list_display = (
-        "started_at",
-        "kyma_column",
-        "state_column",
-        "duration_ms",
-        "runtime_writes",
-        "why",
-        "what_changed",
-        "message",
-    )
+    list_display = RECORD_COLUMNS
     fields = (
         "kyma_column",
         "started_at",

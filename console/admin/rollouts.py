@@ -27,7 +27,7 @@ from fleet.rollouts import selectors
 from fleet.rollouts import services as rollout_services
 from fleet.rollouts.kinds import subject_for
 from kernel import audit
-from kernel.admin import AuditedWritesMixin, AuditHistoryMixin, ReadOnlyAdmin, age, state_badge
+from kernel.admin import AuditedWritesMixin, AuditHistoryMixin, ReadOnlyAdmin, age, object_button, state_badge
 from kernel.errors import ApplicationError
 from kernel.fields import BOUNDED_JSON
 from kernel.filtersets import FilterSetAdmin, admin_filter
@@ -176,15 +176,11 @@ class RolloutAdmin(AuditHistoryMixin, FilterSetAdmin):
         request.current_app = self.admin_site.name
         return TemplateResponse(request, self.page_template, context)
 
-    def action_view(self, request: HttpRequest, object_id: str, verb: str) -> HttpResponseRedirect:
-        """A button of the rollout page (POST only; the change permission)."""
-        if request.method != "POST":
-            return HttpResponseNotAllowed(["POST"])
+    @object_button
+    def action_view(self, request: HttpRequest, rollout: Rollout, verb: str) -> HttpResponseRedirect:
+        """A button of the rollout page."""
         if verb not in ACTIONS:
             raise Http404(f"no action {verb!r}")
-        rollout = self._viewable(request, object_id)
-        if not request.user.has_perm("controlplane.change_rollout"):
-            raise PermissionDenied
         try:
             rollout = ACTIONS[verb][0](rollout=rollout, user=request.user)
         except ApplicationError as exc:

@@ -76,24 +76,7 @@ class AuditEntrySerializer(serializers.ModelSerializer):
 
     class Meta:
         model = AuditEntry
-        fields = (
-            "id",
-            "at",
-            "actor",
-            "credential",
-            "via",
-            "source",
-            "forwarded_for",
-            "request",
-            "action",
-            "outcome",
-            "reason",
-            "kind",
-            "namespace",
-            "name",
-            "uid",
-            "changes",
-        )
+        fields = ("id", *AuditEntry.SHOWN_FIELDS, "changes")
 
 
 _DOCS = (

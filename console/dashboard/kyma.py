@@ -22,6 +22,7 @@ from kernel.documents.dockerconfig import DockerConfigError
 from kernel.documents.yamlio import dump_yaml
 from kernel.models import AuditEntry
 from listener.models import WatchEventRecord
+from pki import selectors as pki_selectors
 from pki import services as pki_services
 from pki.models import Certificate, CertificatePurpose
 from reconciler.watcher_resources import runtime_watchers
@@ -257,7 +258,7 @@ def kyma_watcher_manifests(kyma: Kyma, certificates: list[Certificate]) -> Watch
         note = "due for renewal: the next reconcile replaces it" if current.renew_after <= now else ""
     else:
         tls = {
-            "ca.crt": pki_services.ca_bundle_pem(now) or PLACEHOLDER,
+            "ca.crt": pki_selectors.ca_bundle_pem(now) or PLACEHOLDER,
             "tls.crt": PLACEHOLDER,
             "tls.key": PLACEHOLDER,
         }

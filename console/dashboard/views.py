@@ -13,18 +13,14 @@ from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from console.admin.jobs import job_outcome_text, job_status_badge
-from console.admin.records import ReconcileRecordAdmin
 from fleet.models import KymaState, RolloutState
 from fleet.rollouts.selectors import rollouts_under_way
 from fleet.selectors import watcher_silent_after
 
 from . import selectors
 from .charts import BarChart, bar_chart
+from .display import DURATION_COLUMN, job_outcome_text, job_status_badge
 from .readable import readable_error
-
-# The admin's ``o`` parameter sorts by a list_display position: "slowest first".
-DURATION_COLUMN = ReconcileRecordAdmin.list_display.index("duration_ms")
 
 
 def changelist(model: str, **params: Any) -> str:

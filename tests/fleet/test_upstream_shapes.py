@@ -417,7 +417,7 @@ class TestModuleCrOwnership:
         assert kyma.module_status[0]["resource"] == KEDA_RESOURCE
         assert kyma.owned_module_resources == {}
         kyma.modules = []
-        kyma_services.kyma_save(kyma)
+        kyma_services.kyma_save(kyma=kyma)
         reconcile(kyma)
         assert runtime.get_object("Keda", "default", "kyma-system") is not None
 
@@ -434,7 +434,7 @@ class TestModuleCrOwnership:
             }
         }
         kyma.modules = []
-        kyma_services.kyma_save(kyma)
+        kyma_services.kyma_save(kyma=kyma)
         reconcile(kyma)
         assert runtime.get_object("Keda", "default", "kyma-system") is None
         assert kyma.owned_module_resources == {} and kyma.module_status == []

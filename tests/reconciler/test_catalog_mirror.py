@@ -58,7 +58,7 @@ def mirrored(runtimes):
     klm_watcher()
     keda = keda_module()
     keda.versions = [{"version": "1.1.0", "requiresDowntime": True}]
-    module_services.module_save(keda)
+    module_services.module_save(module=keda)
     runtime = runtimes()
     kyma = connected_kyma(runtime)
     beside(kyma.pk, watcher_last_seen_at=timezone.now())
@@ -160,7 +160,7 @@ def test_given_a_new_version_then_the_mirror_follows_reading_only_what_it_had_se
     kyma, runtime, keda = mirrored
     keda.refresh_from_db()
     keda.channels = {"regular": "1.0.0", "fast": "1.2.0"}
-    module_services.module_save(keda)
+    module_services.module_save(module=keda)
     runtime.counts.reset()
     run(kyma, queue.PERIODIC_REASON, full=False)
     assert names(runtime, MT) == {"keda-1.0.0", "keda-1.2.0"}  # 1.1.0 no longer offered: gone
@@ -207,7 +207,7 @@ def test_given_a_deleted_release_meta_and_a_stray_template_then_the_recheck_repa
 def test_given_a_module_removed_from_the_catalog_then_its_mirror_goes(mirrored):
     kyma, runtime, keda = mirrored
     kyma.modules = []
-    kyma_services.kyma_save(kyma)
+    kyma_services.kyma_save(kyma=kyma)
     run(kyma)
     module_services.module_delete(module=keda)
     run(kyma)
@@ -244,7 +244,7 @@ def test_the_timeline_says_what_the_mirror_removed(mirrored):
     kyma, _runtime, keda = mirrored
     keda.refresh_from_db()
     keda.channels = {"regular": "1.0.0"}
-    module_services.module_save(keda)
+    module_services.module_save(module=keda)
     run(kyma)
     record = ReconcileRecord.objects.filter(kyma=kyma).order_by("-pk").first()
     removed = {"kind": "removed", "resource": "ModuleTemplate kyma-system/keda-1.1.0"}

@@ -179,7 +179,7 @@ class TestBothWays:
         kyma = connected_kyma(runtime)
         reconcile(kyma)
         kyma.channel = "fast"
-        kyma_services.kyma_save(kyma)
+        kyma_services.kyma_save(kyma=kyma)
         reconcile(kyma)
         assert runtime.get_object("Kyma", "default", "kyma-system")["spec"]["channel"] == "fast"
 

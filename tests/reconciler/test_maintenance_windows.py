@@ -48,7 +48,7 @@ def installed(runtimes):
     klm_watcher()
     keda = keda_module()
     keda.versions = [{"version": "1.1.0", "requiresDowntime": True}]
-    module_services.module_save(keda)
+    module_services.module_save(module=keda)
     kyma = connected_kyma(runtimes(), labels={"kyma-project.io/broker-plan-name": "trial"})
     reconcile(kyma)
     module_services.moduleconfig_set_status(
@@ -62,7 +62,7 @@ def installed(runtimes):
 def upgrade(keda) -> None:
     keda.refresh_from_db()
     keda.channels = {**keda.channels, "regular": "1.1.0"}
-    module_services.module_save(keda)
+    module_services.module_save(module=keda)
 
 
 def keda_status(kyma) -> dict:
@@ -100,7 +100,7 @@ def test_given_the_kyma_skips_windows_then_it_is_upgraded_at_once(installed):
     kyma, keda = installed
     store_policy(policy_with_window(*CLOSED))
     kyma.skip_maintenance_windows = True
-    kyma_services.kyma_save(kyma)
+    kyma_services.kyma_save(kyma=kyma)
     upgrade(keda)
     reconcile(kyma)
     assert ModuleConfig.objects.get(kyma=kyma).version == "1.1.0"
@@ -111,7 +111,7 @@ def test_given_a_version_without_downtime_then_it_never_waits(installed):
     store_policy(policy_with_window(*CLOSED))
     keda.refresh_from_db()
     keda.versions = []
-    module_services.module_save(keda)
+    module_services.module_save(module=keda)
     upgrade(keda)
     reconcile(kyma)
     assert ModuleConfig.objects.get(kyma=kyma).version == "1.1.0"
@@ -123,7 +123,7 @@ def test_given_a_first_installation_then_it_never_waits(runtimes):
     keda = keda_module()
     keda.channels = {"regular": "1.1.0"}
     keda.versions = [{"version": "1.1.0", "requiresDowntime": True}]
-    module_services.module_save(keda)
+    module_services.module_save(module=keda)
     store_policy(policy_with_window(*CLOSED))
     kyma = connected_kyma(runtimes())
     reconcile(kyma)

@@ -35,7 +35,7 @@ def set_policy(**fields) -> None:
     keda = keda_module()
     for name, value in fields.items():
         setattr(keda, name, value)
-    module_services.module_save(keda)
+    module_services.module_save(module=keda)
 
 
 def write_behind_the_policy(resource: SyncResource, manifests: str) -> None:

@@ -146,7 +146,7 @@ class TestSyncResources:
         kyma = connected_kyma(runtimes())
         keda = keda_module()
         keda.manifest_kinds = [{"group": "example.com", "kind": "Unknown"}]  # the policy lets it through
-        module_services.module_save(keda)
+        module_services.module_save(module=keda)
         self.apply(
             kyma, "apiVersion: example.com/v1\nkind: Unknown\nmetadata: {name: x, namespace: kyma-system}\n"
         )
@@ -224,7 +224,7 @@ class TestModules:
         kyma.modules = []
         from fleet.services.kymas import kyma_save
 
-        kyma_save(kyma)
+        kyma_save(kyma=kyma)
         reconcile(kyma)
         assert runtime.get_object("Keda", "default", "kyma-system") is None
         assert not ModuleConfig.objects.filter(kyma=kyma).exists()

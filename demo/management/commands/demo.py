@@ -201,7 +201,7 @@ class Command(BaseCommand):
             return
         keda.channels = {**keda.channels, channel: new}
         try:
-            module_services.module_save(keda)
+            module_services.module_save(module=keda)
         except ApplicationError as exc:
             self.stdout.write(f"demo rollout: not started ({exc.message})")
             return

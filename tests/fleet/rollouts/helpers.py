@@ -77,7 +77,7 @@ def make_fleet(runtimes, size: int) -> Fleet:
 def new_version(version: str, channel: str = "regular") -> None:
     keda = Module.objects.get(name="keda")
     keda.channels = {**keda.channels, channel: version}
-    module_services.module_save(keda)
+    module_services.module_save(module=keda)
 
 
 def states(rollout: Rollout) -> dict[str, str]:
