@@ -415,8 +415,10 @@ PUBLIC_URL: str = env.str("CONTROLPLANE_PUBLIC_URL", default=f"http://{WEB_BIND}
 RECONCILE_QUEUED_TTL: int = env.int("RECONCILE_QUEUED_TTL", default=120)
 # (fleet/queue/requests.py: "while the broker's queue is short" is OVERDUE_BACKLOG messages.)
 #: Seconds after its due time a queued reconcile that never started counts as lost (its publisher or the
-#: worker holding it died), while the broker's queue is short: beat's sweep queues it again.
-RECONCILE_OVERDUE_AFTER: float = env.float("RECONCILE_OVERDUE_AFTER", default=30)
+#: worker holding it died), while the broker's queue is short: beat's sweep queues it again (a copy of a
+#: task that was only late costs one more reconcile; bench/chaos.py's edit -> reconcile max was 59.8 s
+#: at 30 s, with workers killed holding such tasks).
+RECONCILE_OVERDUE_AFTER: float = env.float("RECONCILE_OVERDUE_AFTER", default=10)
 #: How long a reconcile's lease on its Kyma lasts unless renewed: a keeper thread in each worker
 #: process renews it every quarter of this while the reconcile runs, so a worker that dies frees
 #: its Kymas within it (beat's sweep then queues them again).
