@@ -151,20 +151,26 @@ def _scope(start: queue.Started, reason: str) -> Scope:
 
 
 def kyma_reconcile_batch_run(
-    kyma_ids: list[int], *, min_spacing: float = 0.0, reason: str = ""
+    kyma_ids: list[int], *, min_spacing: float = 0.0, reason: str = "", marked_at: str = ""
 ) -> tuple[list[tuple[int, queue.RetryLater]], list[int]]:
     """The periodic reconciles of a batch of Kymas (beat's sweep), one after the other, with the
     reads they share made once (:mod:`.shared`) and their records inserted at once at the end.
     Each Kyma's reconcile is the one of :func:`kyma_reconcile_run`: its mark cleared as it starts,
     its own lease, its own status write. Returns (the Kymas to retry later, with when; the Kymas
-    not started because the worker stops): the task publishes a task of their own for each."""
+    not started because the worker stops): the task publishes a task of their own for each.
+    ``marked_at``: when beat's sweep marked them; a batch that runs long (first reconciles, slow
+    runtimes) moves the marks of its Kymas still to come along, every half
+    ``RECONCILE_OVERDUE_AFTER``, so that the sweep does not queue copies of them."""
     shared = SharedReads(kyma_ids, timezone.now())
+    refreshed = time.monotonic()
     records: list[ReconcileRecord] = []
     retries: list[tuple[int, queue.RetryLater]] = []
     try:
         for index, kyma_id in enumerate(kyma_ids):
             if queue.handing_back():
                 return retries, kyma_ids[index:]
+            if marked_at and time.monotonic() - refreshed > settings.RECONCILE_OVERDUE_AFTER / 2:
+                marked_at, refreshed = queue.marks_refresh(kyma_ids[index:], marked_at), time.monotonic()
             try:
                 kyma_reconcile_run(
                     kyma_id, min_spacing=min_spacing, reason=reason, shared=shared, records=records

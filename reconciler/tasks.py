@@ -64,14 +64,14 @@ def kyma_reconcile(
 
 
 @shared_task(name="controlplane.kyma_reconcile_batch", bind=True, acks_late=True, max_retries=None)
-def kyma_reconcile_batch(self: Task, kyma_ids: list[int], reason: str = "") -> None:
+def kyma_reconcile_batch(self: Task, kyma_ids: list[int], reason: str = "", marked_at: str = "") -> None:
     """Beat's periodic reconciles of a batch of Kymas (``RECONCILE_BATCH_SIZE``): each as
     :func:`kyma_reconcile` would run it, the reads they share made once. A Kyma that cannot run
     now, or that the batch did not reach because the worker stops, gets a task of its own (its
     mark is still there: queued). While the database is away the batch retries as a whole."""
     try:
         retries, rest = kyma_reconcile_batch_run(
-            kyma_ids, min_spacing=settings.RECONCILE_MIN_SPACING, reason=reason
+            kyma_ids, min_spacing=settings.RECONCILE_MIN_SPACING, reason=reason, marked_at=marked_at
         )
     except OperationalError as exc:
         countdown = min(DATABASE_RETRY_MAX, 2 ** min(self.request.retries, 6))

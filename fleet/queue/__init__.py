@@ -44,6 +44,9 @@ from .requests import (
     kyma_reconcile_request_one as request_one,
 )
 from .requests import (
+    reconcile_marks_refresh as marks_refresh,
+)
+from .requests import (
     reconcile_overdue_requeue as requeue_overdue,
 )
 from .requests import (
@@ -97,6 +100,7 @@ __all__ = [
     "lease_release",
     "lease_release_unreleased",
     "lease_released",
+    "marks_refresh",
     "next_due_at",
     "queued",
     "rearm",

@@ -73,6 +73,7 @@ from kernel.errors import QueueUnavailable
 from . import schedule
 from .changes import StoredChange
 from .marks import FULL, Started, flags
+from .marks.base import to_stamp
 
 log = logging.getLogger(__name__)
 
@@ -120,9 +121,10 @@ def _publish(
             )
 
 
-def _publish_batches(kyma_ids: Sequence[int], countdown: float, reason: str) -> None:
+def _publish_batches(kyma_ids: Sequence[int], countdown: float, reason: str, eta: dt.datetime) -> None:
     """Beat's periodic reconciles, ``RECONCILE_BATCH_SIZE`` Kymas to a task (each Kyma marked as
-    for a task of its own: the batch clears each mark as it starts that Kyma)."""
+    for a task of its own: the batch clears each mark as it starts that Kyma, and keeps the marks
+    of those still to come from counting as lost: ``marked_at``, :func:`reconcile_marks_refresh`)."""
     size = settings.RECONCILE_BATCH_SIZE
     options = {"countdown": countdown} if countdown > 0 else {}
     with current_app.producer_or_acquire() as producer:
@@ -130,7 +132,7 @@ def _publish_batches(kyma_ids: Sequence[int], countdown: float, reason: str) -> 
             current_app.send_task(
                 RECONCILE_BATCH_TASK,
                 args=[list(kyma_ids[start : start + size])],
-                kwargs={"reason": reason},
+                kwargs={"reason": reason, "marked_at": to_stamp(eta)},
                 producer=producer,
                 retry=True,
                 **options,
@@ -202,7 +204,7 @@ def _request(
         # The unmarked ones first: if they fail, no claimed task went out yet to undo.
         _publish(extra, countdown, reason, urgent=True, marked=False, busy=busy)
         if reason == PERIODIC_REASON and not urgent and settings.RECONCILE_BATCH_SIZE > 1:
-            _publish_batches(claimed, countdown, reason)
+            _publish_batches(claimed, countdown, reason, eta)
         else:
             _publish(claimed, countdown, reason, urgent=urgent, busy=busy)
     except (KombuOperationalError, OSError) as exc:
@@ -289,6 +291,19 @@ def kyma_reconcile_request_one(
         _publish_failed([kyma_id], eta)
         raise QueueUnavailable(f"the task queue is unavailable: {exc}") from exc
     return True, eta
+
+
+def reconcile_marks_refresh(kyma_ids: Sequence[int], marked_at: str) -> str:
+    """A batch that has been running a while: the marks of its Kymas still to come (set for
+    ``marked_at``, as :func:`to_stamp` wrote it) move to now, so beat's sweep does not take them
+    for lost (``RECONCILE_OVERDUE_AFTER``) and queue copies; a mark that moved on meanwhile (a
+    request's task started) is left as it is. Returns the marks' time now."""
+    now = timezone.now()
+    store = flags()
+    with contextlib.suppress(RedisError, DatabaseError):  # a hint: a copy only costs a reconcile
+        for kyma_id in kyma_ids:
+            store.refresh(kyma_id, marked_at, now)
+    return to_stamp(now)
 
 
 def reconcile_started(kyma_id: int) -> dt.datetime | None:

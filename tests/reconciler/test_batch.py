@@ -4,6 +4,8 @@ record), with the reads the batch's Kymas share made once."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -12,6 +14,7 @@ from django.utils import timezone
 from fleet import queue
 from fleet.models import ModuleConfig, ReconcileRecord
 from fleet.queue.marks import DatabaseFlags
+from fleet.queue.marks.base import to_stamp
 from fleet.services import modules as module_services
 from pki import services as pki
 from reconciler.run import kyma_reconcile_batch_run, kyma_reconcile_run
@@ -89,3 +92,18 @@ def test_given_a_kyma_of_a_batch_held_by_another_worker_then_it_retries_alone_an
     assert isinstance(retries[0][1], queue.LeaseBusy)
     assert queue.queued([ids[0]]) == {ids[0]}  # its mark held for the retry
     assert sorted(ReconcileRecord.objects.filter(pk__gt=since).values_list("kyma_id", flat=True)) == ids[1:]
+
+
+def test_given_a_batch_running_long_then_its_kymas_still_to_come_are_not_taken_for_lost(runtimes):
+    """Beat's sweep marked them a while ago; the batch moves their marks along (not its own
+    Kymas' marks that moved on: a request's task took one meanwhile)."""
+    kymas = [connected_kyma(runtimes(), name=f"waiting-{n}") for n in range(3)]
+    ids = [kyma.pk for kyma in kymas]
+    past = timezone.now() - dt.timedelta(seconds=60)
+    queue.flags().claim(ids, past, past, full=False)
+    queue.start(ids[2])  # a request's task started it meanwhile
+    queue.flags().claim([ids[2]], timezone.now(), timezone.now(), full=False)
+    moved = queue.marks_refresh(ids, to_stamp(past))
+    assert queue.flags().overdue(timezone.now() - dt.timedelta(seconds=5), limit=10) == []
+    assert float(moved) > past.timestamp() + 30
+    assert all(queue.start(kyma_id).found for kyma_id in ids)  # every mark is still there
