@@ -30,7 +30,16 @@ from django.test import Client
 from django.utils import timezone
 
 from console.dashboard.selectors import Window
-from fleet.models import Job, Kyma, Module, ModuleConfig, ReconcileRecord, SyncResource
+from fleet.models import (
+    Job,
+    Kyma,
+    Module,
+    ModuleConfig,
+    ReconcileRecord,
+    ReconcileState,
+    SyncResource,
+    WatcherContact,
+)
 from kernel.sealing import Sealed
 from listener.models import WatchEventRecord
 from pki import services as pki
@@ -70,7 +79,7 @@ def insert_rows(model: type, columns: list[str], rows: list[tuple]) -> None:
 
 def seed_kymas(count: int, now: dt.datetime, rng: random.Random) -> list[int]:
     sealed = Sealed.seal(KUBECONFIG)
-    batch = []
+    batch, beside = [], []
     for number in range(count):
         state = STATES[number % len(STATES)]
         seen = rng.random()
@@ -88,16 +97,37 @@ def seed_kymas(count: int, now: dt.datetime, rng: random.Random) -> list[int]:
                 conditions=CONDITIONS_ERROR if state == "Error" else CONDITIONS_OK,
                 module_status=[{"name": m, "state": "Ready", "version": "1.0.0"} for m in MODULES],
                 kubeconfig=sealed,
-                last_reconcile_at=now - dt.timedelta(seconds=rng.randrange(3600)),
-                error_streak=rng.randrange(1, 9) if state == "Error" else 0,
-                watcher_last_seen_at=None
+            )
+        )
+        beside.append(
+            (
+                now - dt.timedelta(seconds=rng.randrange(3600)),
+                rng.randrange(1, 9) if state == "Error" else 0,
+                None
                 if seen < 0.03
                 else now
                 - dt.timedelta(seconds=rng.randrange(600, 36000) if seen < 0.08 else rng.randrange(60)),
             )
         )
     Kyma.objects.bulk_create(batch, batch_size=2000)
-    return list(Kyma.objects.order_by("id").values_list("id", flat=True))
+    ids = list(Kyma.objects.order_by("id").values_list("id", flat=True))
+    # the rows beside each Kyma: its last reconcile and error streak, when its watcher was heard
+    ReconcileState.objects.bulk_create(
+        [
+            ReconcileState(kyma_id=kyma_id, last_reconcile_at=last, error_streak=streak)
+            for kyma_id, (last, streak, _) in zip(ids, beside, strict=True)
+        ],
+        batch_size=2000,
+    )
+    WatcherContact.objects.bulk_create(
+        [
+            WatcherContact(kyma_id=kyma_id, last_seen_at=heard)
+            for kyma_id, (_, _, heard) in zip(ids, beside, strict=True)
+            if heard is not None
+        ],
+        batch_size=2000,
+    )
+    return ids
 
 
 def seed_events(kyma_ids: list[int], count: int, now: dt.datetime, rng: random.Random) -> None:

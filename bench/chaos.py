@@ -38,10 +38,15 @@ enough, as an even number of edits in flight leaves a runtime where it was), and
   came back, the time from the later of the edit and the return to the start of its reconcile
   (p99: R).
 
-Goals: L = 0, C = N, F <= 15, R <= 10. The last line is exactly (one line, wrapped here)::
+- every edit, the whole run: the time from the edit to the start of the first reconcile of its
+  Kyma after it (p99: P, max: M), workers being killed meanwhile: a reconcile killed mid-run
+  holds its Kyma only until its lease runs out (``RECONCILE_LEASE_SECONDS``, renewed while it
+  runs), then beat's sweep queues it again.
+
+Goals: L = 0, C = N, F <= 15, R <= 10, M <= 20. The last line is exactly (one line, wrapped here)::
 
     chaos: duration_s=D kills=K broker_outages=O events=E lost=L converged=C/N \
-           beat_takeover_p99_s=F after_broker_p99_s=R
+           beat_takeover_p99_s=F after_broker_p99_s=R edit_reconcile_p99_s=P edit_reconcile_max_s=M
 
 The roles run with the production settings (``--visibility`` sets ``CELERY_VISIBILITY_TIMEOUT``
 to try another), except that a Ready Kyma is not reconciled periodically during the run: a
@@ -414,7 +419,7 @@ def differing(runtimes: list, kymas: dict[str, int]) -> list[str]:
     copies = {
         pk: (channel, generation, seen)
         for pk, channel, generation, seen in Kyma.objects.filter(pk__in=kymas.values()).values_list(
-            "pk", "channel", "generation", "runtime_kyma_generation"
+            "pk", "channel", "generation", "runtime_sync__runtime_kyma_generation"
         )
     }
     found = []
@@ -454,7 +459,9 @@ def wait_ready(kymas: list[Kyma], timeout: float) -> None:
     ids = [k.pk for k in kymas]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        ready = Kyma.objects.filter(pk__in=ids, state="Ready", watcher_last_seen_at__isnull=False).count()
+        ready = Kyma.objects.filter(
+            pk__in=ids, state="Ready", watcher_contact__last_seen_at__isnull=False
+        ).count()
         if ready == len(ids):
             return
         time.sleep(1)
@@ -836,18 +843,22 @@ def report(result: dict) -> None:
             "was never reconciled"
         )
     sweeps_kept = result["sweep_gap"] <= max(takeovers, default=0) + result["sweep_interval"] + 1
+    edit_p99 = percentile(latencies, 99) if latencies else 0.0
+    edit_max = max(latencies, default=0.0)
     print(
         f"goals: lost 0 ({'yes' if not lost else 'NO'}), "
         f"converged all ({'yes' if result['converged'] == n else 'NO'}), "
         f"takeover p99 <= 15 s ({'yes' if takeover_p99 <= 15 else 'NO'}), after broker p99 <= 10 s "
         f"({'yes' if after_p99 <= 10 else 'NO'}), no sweep missed longer than a takeover "
-        f"({'yes' if sweeps_kept else 'NO'})"
+        f"({'yes' if sweeps_kept else 'NO'}), edit -> reconcile max <= 20 s "
+        f"({'yes' if edit_max <= 20 else 'NO'})"
     )
     print(
         f"chaos: duration_s={result['duration']:.0f} kills={len(result['kills'])} "
         f"broker_outages={len(result['outages'])} events={result['events']} lost={len(lost)} "
         f"converged={result['converged']}/{n} beat_takeover_p99_s={takeover_p99:.1f} "
-        f"after_broker_p99_s={after_p99:.1f}"
+        f"after_broker_p99_s={after_p99:.1f} edit_reconcile_p99_s={edit_p99:.1f} "
+        f"edit_reconcile_max_s={edit_max:.1f}"
     )
 
 

@@ -265,7 +265,7 @@ def register_kymas(
     its certificate (issued in bulk); ``heard``: as if its watcher had just reported."""
     from django.utils import timezone
 
-    from fleet.models import Kyma
+    from fleet.models import Kyma, WatcherContact
     from kernel.documents.yamlio import dump_yaml
     from kernel.sealing import Sealed
     from pki import services as pki
@@ -281,7 +281,6 @@ def register_kymas(
                 skr_domain=f"{name}.kyma.example.com",
                 modules=modules or [],
                 kubeconfig=Sealed.seal(dump_yaml([runtime.kubeconfig()])),
-                watcher_last_seen_at=now,
             )
             for name, runtime in zip(names, runtimes, strict=True)
         ],
@@ -289,6 +288,10 @@ def register_kymas(
     )
     order = {name: n for n, name in enumerate(names)}
     kymas = sorted((k for k in Kyma.objects.all() if k.name in order), key=lambda k: order[k.name])
+    if heard:
+        WatcherContact.objects.bulk_create(
+            [WatcherContact(kyma_id=k.pk, last_seen_at=now) for k in kymas], batch_size=1000
+        )
     pki.certificates_issue_bulk(kymas=kymas)
     return kymas
 

@@ -96,7 +96,9 @@ def converge(measured: list[Kyma], load: list[Kyma], timeout: float = 180) -> No
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         states = dict(Kyma.objects.filter(pk__in=ids).values_list("pk", "state"))
-        reporting = Kyma.objects.filter(pk__in=[k.pk for k in measured], watcher_last_seen_at__isnull=False)
+        reporting = Kyma.objects.filter(
+            pk__in=[k.pk for k in measured], watcher_contact__last_seen_at__isnull=False
+        )
         if all(state == "Ready" for state in states.values()) and reporting.count() == len(measured):
             return
         queue.request(ids, reason="bench: converge")
@@ -163,7 +165,11 @@ def settle(kyma: Kyma) -> None:
     a policy, not the latency this measures."""
     spacing = dt.timedelta(seconds=settings.RECONCILE_MIN_SPACING + 0.05)
     while True:
-        last = Kyma.objects.filter(pk=kyma.pk).values_list("last_reconcile_at", flat=True).first()
+        last = (
+            Kyma.objects.filter(pk=kyma.pk)
+            .values_list("reconcile_state__last_reconcile_at", flat=True)
+            .first()
+        )
         if last is None or timezone.now() - last >= spacing:
             return
         time.sleep(0.01)

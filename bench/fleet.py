@@ -5,7 +5,9 @@ the Kymas, lets the workers do the first reconcile of every runtime with ``--rtt
 every runtime API answer (a runtime in another region), then times full periodic sweeps in the
 steady state (every reconcile a no-op) at that round trip and at 0, and reports per sweep: no-op
 reconciles per second, runtime API calls per no-op reconcile (reads and writes, counted by the
-emulators), SQL queries per no-op reconcile (measured in this process for one Kyma), and the
+emulators), SQL statements per no-op reconcile (measured in this process: a batch of
+``RECONCILE_BATCH_SIZE`` Kymas as beat's sweep queues them, statements / Kymas), worker CPU per
+no-op reconcile (the worker processes' user + system CPU seconds over the sweep / its Kymas), and the
 resident memory of all worker processes together. Then one runtime starts answering after
 ``--slow`` seconds: the sweep of the others must not slow down by more than 10 %. With
 ``--compare-pools`` the smallest fleet is swept again by other pools (e.g. today's prefork), the
@@ -18,12 +20,14 @@ this benchmark queued through beat's task, it asked for full reconciles, which a
 two: 5.00 reads per no-op.) The SQL figure counts one query for a no-op reconcile's queue mark
 when marks live in the database (no Redis). The last lines are machine-readable::
 
-    fleet: size=N rtt_ms=R noop_per_s=X reads_per_noop=A writes_per_noop=B sql_per_noop=Q workers_rss_mib=M
+    fleet: size=N rtt_ms=R noop_per_s=X reads_per_noop=A writes_per_noop=B sql_per_noop=S \
+           cpu_ms_per_noop=C workers_rss_mib=M      (one line, wrapped here)
     fleet: rtt_ratio=Y        (no-op rate at the largest round trip / at 0, largest size)
 
 Goals: at 10,000 runtimes and 50 ms, a no-op sweep in <= 300 s (120 s), rtt_ratio >= 0.7, the
 first reconcile of all in <= 10 min, <= 3 reads, 0 writes and <= 10 SQL queries per no-op
-reconcile at every size, all workers together < 1 GiB.
+reconcile at every size, all workers together < 1 GiB. Issue 36: cpu_ms_per_noop <= 6, sql_per_noop
+<= 4, a 10,000-runtime sweep at 50 ms in <= 60 s, the first reconcile of 10,000 in <= 300 s.
 
     python bench/fleet.py [--sizes 1000,5000] [--rtt 0.05] [--workers 2] [--pool threads]
                           [--concurrency 16] [--slow 10] [--compare-pools prefork:4] [--smoke]
@@ -34,21 +38,28 @@ Use BENCH_DATABASE_URL (PostgreSQL) and BENCH_BROKER_URL (Redis) for production-
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
+import shutil
+import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
+import profiling
 from common import (
     KEDA_IN_KYMA,
     clear_fleet,
+    cpu_by_role,
     database_label,
     keda_module,
     klm_watcher,
     parse_args,
     register_kymas,
     setup_django,
+    spawn,
     start_workers,
     stop_processes,
 )
@@ -65,17 +76,19 @@ os.environ.setdefault("RECONCILE_SWEEP_LIMIT", "1000000")
 os.environ.setdefault("WATCHER_SILENT_AFTER", "86400")
 setup_django("fleet")
 
+import redis
+from django.conf import settings
 from django.db import connection
 from django.db.models import Avg, Count
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from fleet import queue
-from fleet.models import Kyma, Module, ModuleConfig, ReconcileRecord
+from fleet.models import Kyma, Module, ModuleConfig, ReconcileRecord, ReconcileState
 from fleet.queue.marks import flags
 from fleet.tasks import reconcile_due
 from pki import services as pki
-from reconciler.run import kyma_reconcile_run
+from reconciler.run import kyma_reconcile_batch_run, kyma_reconcile_run
 from runtime_emulator import EmulatorHost, crd_manifest
 
 KEDA_CRD = crd_manifest("operator.kyma-project.io", "Keda", versions=("v1alpha1",))
@@ -123,7 +136,7 @@ def sweep(
     """Make every Kyma due and run beat's sweep (the task beat sends, in this process), then wait
     until all of ``wait_for`` (default: all of them) have run."""
     started = time.perf_counter()
-    Kyma.objects.update(next_reconcile_at=timezone.now())
+    ReconcileState.objects.update(next_reconcile_at=timezone.now())
     queued = reconcile_due()
     if queued != len(ids):
         raise RuntimeError(f"beat's sweep queued {queued} of {len(ids)} Kymas")
@@ -150,30 +163,115 @@ def periodic_mark(kyma_id: int) -> None:
     flags().claim([kyma_id], now, now, full=False)
 
 
-def queries_per_noop(kyma_id: int) -> tuple[int, int]:
-    """SQL of one no-op reconcile as a worker runs the task beat's sweep queued."""
-    periodic_mark(kyma_id)
-    kyma_reconcile_run(kyma_id, reason=queue.PERIODIC_REASON)
-    periodic_mark(kyma_id)
+def queries_per_noop(kyma_ids: list[int]) -> tuple[float, int]:
+    """SQL per no-op reconcile as a worker runs the task beat's sweep queued: a batch of
+    ``RECONCILE_BATCH_SIZE`` Kymas (its statements / its Kymas), or one Kyma when batches are off."""
+    batch = kyma_ids[: max(1, settings.RECONCILE_BATCH_SIZE)]
+
+    def run() -> None:
+        for kyma_id in batch:
+            periodic_mark(kyma_id)
+        if len(batch) > 1:
+            kyma_reconcile_batch_run(batch, reason=queue.PERIODIC_REASON)
+        else:
+            kyma_reconcile_run(batch[0], reason=queue.PERIODIC_REASON)
+
+    run()
     with CaptureQueriesContext(connection) as captured:
-        kyma_reconcile_run(kyma_id, reason=queue.PERIODIC_REASON)
+        run()
     if os.environ.get("BENCH_SHOW_SQL"):
         for number, query in enumerate(captured.captured_queries, 1):
             print(f"  SQL {number}: {query['sql'][:300]}")
-    record = ReconcileRecord.objects.filter(kyma_id=kyma_id).order_by("-pk").first()
-    return len(captured), record.runtime_writes
+    writes = ReconcileRecord.objects.filter(kyma_id__in=batch).order_by("-pk")[: len(batch)]
+    return len(captured) / len(batch), sum(record.runtime_writes for record in writes)
 
 
-def noop_sweep(host: EmulatorHost, runtimes: list, ids: list[int], procs: list, rtt: float) -> dict:
+def profile_start(procs: list, directory: str, name: str) -> list:
+    """With ``--profile DIR``: py-spy (if installed) samples the thread holding each worker
+    process's GIL (the Python code using the CPU, not threads waiting on a socket) over the sweep,
+    into ``DIR/<size>-<rtt>-<n>.txt`` (collapsed stacks, for flame graphs and for
+    :mod:`profiling`)"""
+    if not directory:
+        return []
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    return [
+        spawn(
+            [
+                spy,
+                "record",
+                "--pid",
+                str(proc.pid),
+                "--rate",
+                "200",
+                "--gil",
+                "--format",
+                "raw",
+                "--nonblocking",
+                "--output",
+                str(Path(directory) / f"{name}-{number}.txt"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for number, proc in enumerate(procs)
+    ]
+
+
+def redis_commands() -> int:
+    """Commands the broker's Redis server has run so far (its INFO stats; -1 without Redis)."""
+    url = os.environ.get("CELERY_BROKER_URL", "")
+    if not url.startswith("redis"):
+        return -1
+    return int(redis.Redis.from_url(url).info("stats")["total_commands_processed"])
+
+
+def profile_stop(profilers: list) -> None:
+    """py-spy writes its samples when interrupted (SIGINT), then exits."""
+    for proc in profilers:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGINT)
+    for proc in profilers:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(30)
+    stop_processes(profilers)
+
+
+def noop_sweep(
+    host: EmulatorHost, runtimes: list, ids: list[int], procs: list, rtt: float, profile: str = ""
+) -> dict:
     """One steady-state sweep at round trip ``rtt``: its rate, calls per reconcile and memory."""
     host.set_latency(rtt, runtimes)
     for runtime in runtimes:
         runtime.counts.reset()
-    seconds = sweep(ids, last_record_id())
+    roots = {"workers": [proc.pid for proc in procs]}
+    # (the database and Redis servers of this machine: other users' work counts too)
+    servers = {"postgres": "database", "redis-server": "redis"}
+    profilers = profile_start(procs, profile, f"{len(ids)}-{rtt * 1000:.0f}ms")
+    before = cpu_by_role(roots, servers)
+    redis_before = redis_commands()
+    try:
+        seconds = sweep(ids, last_record_id())
+    finally:
+        after = cpu_by_role(roots, servers)
+        cpu = after["workers"] - before["workers"]
+        profile_stop(profilers)
+    redis_ops = redis_commands() - redis_before
+    cpu_ms = cpu * 1000 / len(ids)
     return {
+        "profile": profiling.report(
+            sorted(Path(profile).glob(f"{len(ids)}-{rtt * 1000:.0f}ms-*.txt")), cpu_ms
+        )
+        if profile
+        else [],
         "rtt": rtt,
         "noop": seconds,
         "rate": len(ids) / seconds,
+        "cpu_ms": cpu_ms,
+        "db_cpu_ms": (after["database"] - before["database"]) * 1000 / len(ids),
+        "redis_cpu_ms": (after["redis"] - before["redis"]) * 1000 / len(ids),
+        "redis_ops": redis_ops / len(ids) if redis_ops >= 0 else float("nan"),
+        "load": os.getloadavg()[0],
         "reads": sum(rt.counts.reads for rt in runtimes) / len(ids),
         "writes": sum(rt.counts.writes for rt in runtimes) / len(ids),
         "memory": sum(rss_mib(proc.pid) for proc in procs),
@@ -209,7 +307,7 @@ def measure(host: EmulatorHost, size: int, args: argparse.Namespace, compare: li
         ModuleConfig.objects.update(status={"state": "Ready"})  # the module managers report in
         result["settle"] = sweep(ids, last_record_id())  # status becomes Ready everywhere
         for rtt in rtts:
-            result["rows"].append(noop_sweep(host, runtimes, ids, procs, rtt))
+            result["rows"].append(noop_sweep(host, runtimes, ids, procs, rtt, args.profile))
         if args.slow:
             result["slow"] = slow_sweep(host, runtimes, ids[:], rtts[0], args.slow)
             result["slow_base"] = result["rows"][0]["noop"] * (size - 1) / size
@@ -228,7 +326,7 @@ def measure(host: EmulatorHost, size: int, args: argparse.Namespace, compare: li
             stop_processes(procs)
         result["pools"].append({"pool": pool, "concurrency": concurrency, **row})
     if not args.first_only:
-        result["queries"], result["noop_writes"] = queries_per_noop(ids[len(ids) // 2])
+        result["queries"], result["noop_writes"] = queries_per_noop(ids[len(ids) // 2 :])
     for runtime in runtimes:
         host.remove(runtime)
     return result
@@ -261,6 +359,9 @@ def main() -> None:
         "--compare-pools",
         default="prefork:4",
         help="pool:concurrency list swept again at the smallest size and the round trip ('' skips)",
+    )
+    parser.add_argument(
+        "--profile", default="", help="directory: py-spy samples the workers over each no-op sweep"
     )
     parser.add_argument(
         "--first-only", action="store_true", help="stop after the first reconciles (no sweeps, no summary)"
@@ -300,8 +401,13 @@ def main() -> None:
                 print(
                     f"no-op sweep at {row['rtt'] * 1000:3.0f} ms: {row['noop']:7.1f} s = {row['rate']:6.1f} "
                     f"reconciles/s; {row['reads']:.2f} reads, {row['writes']:.2f} writes per reconcile; "
-                    f"workers {row['memory']:.0f} MiB"
+                    f"{row['cpu_ms']:.1f} ms of worker CPU per reconcile (the whole servers': "
+                    f"PostgreSQL {row['db_cpu_ms']:.1f} ms, Redis {row['redis_cpu_ms']:.2f} ms and "
+                    f"{row['redis_ops']:.1f} commands); "
+                    f"workers {row['memory']:.0f} MiB (load average {row['load']:.1f})"
                 )
+                for line in row["profile"]:
+                    print(f"  {line}")
             if "slow" in result:
                 base_rate = (size - 1) / result["slow_base"]
                 rate = (size - 1) / result["slow"]
@@ -321,7 +427,7 @@ def main() -> None:
             if args.first_only:
                 continue
             print(
-                f"SQL queries per no-op reconcile: {result['queries']} "
+                f"SQL queries per no-op reconcile: {result['queries']:.2f} "
                 f"(runtime writes: {result['noop_writes']})"
             )
     print(f"\nbenchmark took {time.perf_counter() - started:.0f} s\n")
@@ -332,7 +438,8 @@ def main() -> None:
             print(
                 f"fleet: size={result['size']} rtt_ms={row['rtt'] * 1000:.0f} noop_per_s={row['rate']:.1f} "
                 f"reads_per_noop={row['reads']:.2f} writes_per_noop={row['writes']:.2f} "
-                f"sql_per_noop={result['queries']} workers_rss_mib={row['memory']:.0f}"
+                f"sql_per_noop={result['queries']:.2f} cpu_ms_per_noop={row['cpu_ms']:.1f} "
+                f"workers_rss_mib={row['memory']:.0f}"
             )
     largest = results[-1]["rows"]
     print(f"fleet: rtt_ratio={largest[0]['rate'] / largest[-1]['rate']:.2f}")

@@ -62,7 +62,7 @@ if os.environ.get("BENCH_BROKER_URL"):
     os.environ["CELERY_BROKER_URL"] = os.environ["BENCH_BROKER_URL"]
 setup_django("listener")
 
-from fleet.models import Kyma
+from fleet.models import Kyma, ReconcileMark
 from pki import selectors, services
 from watchers.models import Watcher
 
@@ -240,7 +240,7 @@ def clear_marks() -> None:
         keys = list(store.client.scan_iter(match=store.key("*"), count=1000))
         if keys:
             store.client.delete(*keys)
-    Kyma.objects.update(reconcile_queued_at=None, reconcile_not_before=None)
+    ReconcileMark.objects.all().delete()
 
 
 def start_hello(port: int, directory: Path, env: dict) -> subprocess.Popen:

@@ -109,7 +109,7 @@ def converge(runtimes: list, kymas: list[Kyma], timeout: float = 300) -> None:
     ids = [k.pk for k in kymas]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        reporting = Kyma.objects.filter(pk__in=ids, watcher_last_seen_at__isnull=False).count()
+        reporting = Kyma.objects.filter(pk__in=ids, watcher_contact__last_seen_at__isnull=False).count()
         if reporting == len(ids) and all(replicas(r) is not None for r in runtimes):
             return
         queue.request(ids, reason="bench: converge")

@@ -41,7 +41,7 @@ from envtest.cluster import Cluster
 from envtest.node import Node
 from envtest.runtime import Runtime
 from fleet import queue
-from fleet.models import Kyma, Module, ModuleConfig
+from fleet.models import Kyma, Module, ModuleConfig, WatcherContact
 from fleet.services import kymas as kyma_services
 from fleet.services import modules as module_services
 from kernel.documents.yamlio import dump_yaml
@@ -75,7 +75,7 @@ def register(name: str, kubeconfig: dict, keda: Module) -> Kyma:
     )
     kyma_services.kyma_set_kubeconfig(kyma=kyma, kubeconfig=dump_yaml([kubeconfig]))
     module_services.syncresource_apply(kyma=kyma, module=keda, name="keda-config", manifests=CONFIGMAP)
-    Kyma.objects.filter(pk=kyma.pk).update(watcher_last_seen_at=timezone.now())
+    WatcherContact.objects.update_or_create(kyma_id=kyma.pk, defaults={"last_seen_at": timezone.now()})
     return kyma
 
 

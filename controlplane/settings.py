@@ -510,10 +510,14 @@ PUBLIC_URL: str = env.str("CONTROLPLANE_PUBLIC_URL", default=f"http://{WEB_BIND}
 RECONCILE_QUEUED_TTL: int = env.int("RECONCILE_QUEUED_TTL", default=120)
 # (fleet/queue/requests.py: "while the broker's queue is short" is OVERDUE_BACKLOG messages.)
 #: Seconds after its due time a queued reconcile that never started counts as lost (its publisher or the
-#: worker holding it died), while the broker's queue is short: beat's sweep queues it again.
-RECONCILE_OVERDUE_AFTER: float = env.float("RECONCILE_OVERDUE_AFTER", default=30)
-#: How long a worker may hold a Kyma before another may take over.
-RECONCILE_LEASE_SECONDS: int = env.int("RECONCILE_LEASE_SECONDS", default=60)
+#: worker holding it died), while the broker's queue is short: beat's sweep queues it again (a copy of a
+#: task that was only late costs one more reconcile; bench/chaos.py's edit -> reconcile max was 59.8 s
+#: at 30 s, with workers killed holding such tasks).
+RECONCILE_OVERDUE_AFTER: float = env.float("RECONCILE_OVERDUE_AFTER", default=10)
+#: How long a reconcile's lease on its Kyma lasts unless renewed: a keeper thread in each worker
+#: process renews it every quarter of this while the reconcile runs, so a worker that dies frees
+#: its Kymas within it (beat's sweep then queues them again).
+RECONCILE_LEASE_SECONDS: int = env.int("RECONCILE_LEASE_SECONDS", default=8)
 
 # --- PKI -------------------------------------------------------------------------------------
 
@@ -816,6 +820,10 @@ RECONCILE_STORED_WAIT: float = env.float("RECONCILE_STORED_WAIT", default=1.0)
 RECONCILE_SWEEP_INTERVAL: float = env.float("RECONCILE_SWEEP_INTERVAL", default=2)
 #: Kymas queued per scan at most.
 RECONCILE_SWEEP_LIMIT: int = env.int("RECONCILE_SWEEP_LIMIT", default=5000)
+#: Periodic reconciles per task: beat's sweep queues due Kymas in batches of this many, each batch
+#: reading what its Kymas share once (the Watchers, the catalog, the CA bundle, their certificates,
+#: ModuleConfigs and SyncResources) and inserting their records at once (1: one task per Kyma).
+RECONCILE_BATCH_SIZE: int = env.int("RECONCILE_BATCH_SIZE", default=20)
 #: Seconds per notification POST to a module manager.
 MODULE_NOTIFY_TIMEOUT: float = env.float("MODULE_NOTIFY_TIMEOUT", default=5)
 

@@ -29,7 +29,13 @@ class KymaFilterSet(SearchFilterSet):
         label="runtime watcher",
     )
     ordering = django_filters.OrderingFilter(
-        fields=("name", "namespace", "state", "created_at", "last_reconcile_at")
+        fields=(
+            "name",
+            "namespace",
+            "state",
+            "created_at",
+            ("reconcile_state__last_reconcile_at", "last_reconcile_at"),
+        )
     )
 
     def watcher_liveness(self, queryset: QuerySet, name: str, value: str) -> QuerySet:

@@ -57,10 +57,12 @@ def kyma_ids_due(*, limit: int, batch_size: int = 500) -> Iterator[list[int]]:
     paused = Q(labels__has_key=SKIP_RECONCILIATION_LABEL) & Q(
         **{f"labels__{SKIP_RECONCILIATION_LABEL}": "true"}, deletion_timestamp__isnull=True
     )
+    # (a Kyma without its ReconcileState row was never reconciled: due, like a NULL time)
+    next_at = "reconcile_state__next_reconcile_at"
     due = (
-        Kyma.objects.filter(Q(next_reconcile_at__lte=now) | Q(next_reconcile_at__isnull=True))
+        Kyma.objects.filter(Q(**{f"{next_at}__lte": now}) | Q(**{f"{next_at}__isnull": True}))
         .exclude(paused)
-        .order_by(F("next_reconcile_at").asc(nulls_first=True))
+        .order_by(F(next_at).asc(nulls_first=True))
         .values_list("id", flat=True)[:limit]
     )
     ids = list(due)
@@ -88,16 +90,16 @@ def watcher_q(kind: str, now: dt.datetime) -> Q:
     alive = Q(deletion_timestamp__isnull=True)
     if not window:  # the detection is off: heard once counts as seen
         if kind == "seen":
-            return alive & Q(watcher_last_seen_at__isnull=False)
+            return alive & Q(watcher_contact__last_seen_at__isnull=False)
         if kind == "silent":
             return Q(pk__in=[])
     cutoff = now - window
     if kind == "seen":
-        return alive & Q(watcher_last_seen_at__gte=cutoff)
+        return alive & Q(watcher_contact__last_seen_at__gte=cutoff)
     if kind == "silent":
-        return alive & Q(watcher_last_seen_at__lt=cutoff)
+        return alive & Q(watcher_contact__last_seen_at__lt=cutoff)
     if kind == "never":
-        return alive & Q(watcher_last_seen_at__isnull=True) & ~Q(kubeconfig="")
+        return alive & Q(watcher_contact__last_seen_at__isnull=True) & ~Q(kubeconfig="")
     raise ValueError(f"unknown watcher state {kind!r}")
 
 
@@ -107,7 +109,7 @@ def kyma_ids_watcher_silent(*, limit: int, batch_size: int = 500) -> Iterator[li
         return
     silent = (
         Kyma.objects.filter(watcher_q("silent", timezone.now()), state=KymaState.READY)
-        .order_by("watcher_last_seen_at")
+        .order_by("watcher_contact__last_seen_at")
         .values_list("id", flat=True)
     )
     ids = list(silent[:limit])

@@ -20,8 +20,10 @@ def upsert(
 ) -> tuple[M, bool]:
     """Create the object named by its natural ``key``, or make the stored one (locked until the
     caller's transaction ends) match ``fields``; then store it through the app's ``save`` service
-    (validation, generation, reconciles). Returns (object, created)."""
-    obj = model.objects.select_for_update().filter(**key).first()
+    (validation, generation, reconciles). Returns (object, created). The lock is PostgreSQL's
+    FOR NO KEY UPDATE (an edit changes no key): rows beside the object that reference it (a
+    Kyma's lease, mark and heartbeat rows) are still written meanwhile, never waiting on it."""
+    obj = model.objects.select_for_update(no_key=True).filter(**key).first()
     created = obj is None
     obj = obj or model(**key)
     for field, value in {**key, **fields}.items():  # the key's objects too: no query to get them again

@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from django.conf import settings
+from django.db import IntegrityError
 from django.utils import timezone
 
 from fleet import queue
-from fleet.models import Kyma
+from fleet.models import Kyma, WatcherContact
 from fleet.selectors import watcher_silent_after
 from kernel.errors import ApplicationError, NotFound
 from watchers.models import Watcher
@@ -237,18 +238,28 @@ def watch_event_accept(
 
 
 def heartbeat_accept(*, identity: ClientIdentity, report: dict) -> KymaRef:
-    """A runtime watcher says it is alive; the Kyma's ``watcher_last_seen_at`` moves (at most
+    """A runtime watcher says it is alive; its Kyma's ``WatcherContact.last_seen_at`` moves (at most
     every few seconds, so heartbeats stay cheap). The first heartbeat of a watcher that was silent
     (or never heard) queues a reconcile: it clears the ``WatcherHeartbeat`` condition at once."""
     kyma = runtime_for(None, identity)
     now = timezone.now()
-    stamp = {"watcher_last_seen_at": now, "watcher_report": report}
-    rows = Kyma.objects.filter(pk=kyma.id)
-    window = watcher_silent_after()
-    if window and rows.exclude(watcher_last_seen_at__gte=now - window).update(**stamp):
-        queue.request_one(kyma.id, countdown=0)
+    # The Kyma's WatcherContact row (the listener is its only writer; never the Kyma row, so a
+    # heartbeat never waits on an operator's edit): read, then written when due.
+    seen = WatcherContact.objects.filter(kyma_id=kyma.id).values_list("last_seen_at", flat=True).first()
+    if seen is not None and seen > now - _HEARTBEAT_WRITE_EVERY:
         return kyma
-    rows.exclude(watcher_last_seen_at__gt=now - _HEARTBEAT_WRITE_EVERY).update(**stamp)
+    try:
+        WatcherContact.objects.bulk_create(
+            [WatcherContact(kyma_id=kyma.id, last_seen_at=now, report=report)],
+            update_conflicts=True,
+            unique_fields=["kyma"],
+            update_fields=["last_seen_at", "report"],
+        )
+    except IntegrityError:  # the Kyma was deleted a moment ago (the identity cache still knew it)
+        return kyma
+    window = watcher_silent_after()
+    if window and (seen is None or seen < now - window):
+        queue.request_one(kyma.id, countdown=0)
     return kyma
 
 

@@ -438,10 +438,13 @@ def listener_certificate(*, now: dt.datetime | None = None, force: bool = False)
     return cert
 
 
-def runtime_secret_data(cert: Certificate, *, now: dt.datetime | None = None) -> dict[str, bytes]:
-    """The three files of a runtime's ``skr-webhook-tls`` Secret."""
+def runtime_secret_data(
+    cert: Certificate, *, now: dt.datetime | None = None, bundle: bytes | None = None
+) -> dict[str, bytes]:
+    """The three files of a runtime's ``skr-webhook-tls`` Secret (``bundle``: the CA bundle as
+    read already, for a batch of reconciles)."""
     return {
-        "ca.crt": selectors.ca_bundle_pem(now),
+        "ca.crt": bundle if bundle is not None else selectors.ca_bundle_pem(now),
         "tls.crt": cert.certificate_pem.encode(),
         "tls.key": cert.private_key.reveal_bytes(),
     }

@@ -80,7 +80,7 @@ def prefetch(ctx: ReconcileContext, docs: Iterable[dict[str, Any]], *, known: bo
 
 def never_seen(ctx: ReconcileContext, doc: dict[str, Any]) -> bool:
     """Whether the control plane never saw ``doc``'s object in place in this runtime (nothing in
-    ``Kyma.runtime_verified``: a new runtime's first reconcile). There is nothing to compare then:
+    ``RuntimeSync.runtime_verified``: a new runtime's first reconcile). There is nothing to compare then:
     the object is applied without reading it first (server-side apply changes nothing when it
     happens to be there already with this content), and no labelled list is made for it."""
     return "|".join(key_of(doc)) not in ctx.verified
@@ -88,7 +88,7 @@ def never_seen(ctx: ReconcileContext, doc: dict[str, Any]) -> bool:
 
 def verified_recently(ctx: ReconcileContext, key: str, digest: str) -> bool:
     """Whether ``key`` was seen holding ``digest`` less than ``RUNTIME_RECHECK_INTERVAL`` ago
-    (``Kyma.runtime_verified``, shared by all workers)."""
+    (``RuntimeSync.runtime_verified``, shared by all workers)."""
     seen = ctx.verified.get(key)
     return bool(
         seen and seen[0] == digest and ctx.now.timestamp() - seen[1] < settings.RUNTIME_RECHECK_INTERVAL
@@ -102,13 +102,32 @@ def needs_check(ctx: ReconcileContext, doc: dict[str, Any]) -> bool:
     return ctx.full or not verified_recently(ctx, "|".join(key_of(doc)), digest_of(doc))
 
 
+# A check that found an object in place is noted again only once its note is this share of
+# RUNTIME_RECHECK_INTERVAL old: the trust it gives lasts at least 3/4 of the interval, and a
+# reconcile that reads it anyway (a full one) leaves RuntimeSync as it was (no write).
+RENOTE_AFTER = 0.25
+
+
+def note_seen(ctx: ReconcileContext, key: str, digest: str) -> None:
+    """``key`` was seen holding ``digest`` now (``RuntimeSync.runtime_verified``)."""
+    seen = ctx.verified.get(key)
+    if (
+        seen
+        and seen[0] == digest
+        and ctx.now.timestamp() - seen[1] < settings.RUNTIME_RECHECK_INTERVAL * RENOTE_AFTER
+    ):
+        return
+    ctx.verified[key] = [digest, int(ctx.now.timestamp())]
+
+
 def _verified(ctx: ReconcileContext, doc: dict[str, Any], *, every_time: bool = False) -> None:
     """Seen in place now. Objects checked every time are only noted once per content (so a
-    deletion is known as drift), which keeps the Kyma's row unchanged between no-op reconciles."""
+    deletion is known as drift), which keeps the RuntimeSync row unchanged between no-op
+    reconciles."""
     key, digest = "|".join(key_of(doc)), digest_of(doc)
     if every_time and (ctx.verified.get(key) or [None])[0] == digest:
         return
-    ctx.verified[key] = [digest, int(ctx.now.timestamp())]
+    note_seen(ctx, key, digest)
 
 
 def apply_if_changed(

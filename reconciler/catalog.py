@@ -21,6 +21,7 @@ as the Kyma's does.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Iterable
 from typing import Any
 
@@ -106,7 +107,9 @@ def render(ctx: ReconcileContext) -> list[dict[str, Any]]:
     return [*crds(), *desired(ctx)]
 
 
+@functools.cache
 def crds() -> list[dict[str, Any]]:
+    """The catalog's two CRDs, rendered and hashed once per process; callers must not change them."""
     return [stamped(module_template_crd()), stamped(module_release_meta_crd())]
 
 

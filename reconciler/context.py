@@ -12,7 +12,8 @@ from typing import Any
 
 from fleet import maintenance
 from fleet.k8s.client import RuntimeClient
-from fleet.models import Kyma, KymaState, Module
+from fleet.models import Kyma, KymaState, Module, RuntimeSync
+from fleet.models.bookkeeping import row_or_default
 from fleet.models.records import CHANGES_KEPT
 from fleet.rollouts.targets import KymaTargets
 from kernel.timefmt import rfc3339
@@ -103,8 +104,14 @@ class ReconcileContext:
     changes: list[dict[str, Any]] = field(default_factory=list)
     drift: list[dict[str, str]] = field(default_factory=list)  # objects corrected: kind, namespace, name
     listed: dict[tuple[str, str, str, str], dict[str, Any] | None] = field(default_factory=dict)
-    verified: dict[str, list] = field(default_factory=dict)  # Kyma.runtime_verified, as it becomes
-    same_cluster: bool = False  # what Kyma.runtime_verified says was seen in this very cluster
+    verified: dict[str, list] = field(default_factory=dict)  # RuntimeSync.runtime_verified, as it becomes
+    same_cluster: bool = False  # what RuntimeSync.runtime_verified says was seen in this very cluster
+    # What the reconciler last synced with this runtime (written by the steps, and at the end)
+    sync: RuntimeSync = field(init=False)
+    synced_watchers: list = field(init=False)  # RuntimeSync.applied_watchers as read
+    # A batch's reads (reconciler.shared): the catalog, Watchers, CA bundle, this Kyma's
+    # certificate, ModuleConfigs and SyncResources, read once for every Kyma of the batch.
+    shared: Any = None
     _catalog: dict[str, Module] | None = None
     _targets: KymaTargets | None = None
     _window: maintenance.WindowState | None = None
@@ -112,7 +119,9 @@ class ReconcileContext:
     def __post_init__(self) -> None:
         # Only valid for the cluster it was seen in: another kubeconfig starts from nothing.
         cluster = self.kyma.kubeconfig.digest()[:16] if self.kyma.kubeconfig else ""
-        stored = self.kyma.runtime_verified or {}
+        self.sync = row_or_default(self.kyma, "runtime_sync")
+        self.synced_watchers = list(self.sync.applied_watchers or [])
+        stored = self.sync.runtime_verified or {}
         self.same_cluster = stored.get(KUBECONFIG_KEY) == cluster
         self.verified = dict(stored) if self.same_cluster else {KUBECONFIG_KEY: cluster}
 
@@ -120,7 +129,11 @@ class ReconcileContext:
         """The module catalog by name, read once per reconcile (tens of rows): the watcher's
         module-CR webhook and the module step both use it, so it costs one query, not two."""
         if self._catalog is None:
-            self._catalog = {module.name: module for module in Module.objects.all()}
+            self._catalog = (
+                self.shared.catalog()
+                if self.shared is not None
+                else {module.name: module for module in Module.objects.all()}
+            )
         return self._catalog
 
     @property

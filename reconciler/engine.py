@@ -81,12 +81,14 @@ def kyma_reconcile(
     scope: Scope = Scope.FULL,
     named: Collection[ObjectKey] = (),
     seen: Mapping[ObjectKey, dict[str, Any] | None] | None = None,
+    shared: Any = None,
 ) -> Outcome:
     """Reconcile one Kyma; the caller holds its lease (``heartbeat`` extends it between steps; with
     ``lease_owner`` the final status write releases it: see ``Outcome.lease_released``).
 
     ``named``: the runtime objects its events said changed; ``seen``: those of them read moments
-    ago, once their change was stored (:mod:`.stored`), not read again. Every reconcile reads the
+    ago, once their change was stored (:mod:`.stored`), not read again. ``shared``: a batch's
+    reads (:mod:`.shared`), made once for all its Kymas. Every reconcile reads the
     objects its events named. How much else it reads, by ``scope``, when the Kyma's runtime
     watcher is alive (heard within ``WATCHER_SILENT_AFTER``) and its spec was reconciled already
     (else it reads everything):
@@ -105,7 +107,9 @@ def kyma_reconcile(
       (:mod:`.watcher_resources`, :mod:`.sync_resources`). A module-CR edit then costs no read
       but the CR's own.
     """
-    ctx = ReconcileContext(kyma=kyma, now=now or timezone.now(), heartbeat=heartbeat, lease_owner=lease_owner)
+    ctx = ReconcileContext(
+        kyma=kyma, now=now or timezone.now(), heartbeat=heartbeat, lease_owner=lease_owner, shared=shared
+    )
     ctx.listed.update(seen or {})
     ctx.named = {*named, *(seen or {})}
     ctx.full = reads_everything(kyma, scope, ctx.named)

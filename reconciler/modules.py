@@ -29,7 +29,7 @@ from kernel.documents.hashing import document_hash
 from kernel.services import deletion_begin
 from kernel.timefmt import display
 
-from .apply import key_of, read, resource_name, verified_recently
+from .apply import key_of, note_seen, read, resource_name, verified_recently
 from .context import FALSE, TRUE, ModuleOutcome, ReconcileContext
 
 
@@ -73,7 +73,12 @@ def sync(ctx: ReconcileContext) -> list[int]:
     kyma = ctx.kyma
     entries = kyma.module_entries()
     catalog = ctx.catalog()
-    configs = {c.module_id: c for c in ModuleConfig.objects.filter(kyma=kyma).select_related("module")}
+    found = (
+        ctx.shared.module_configs(kyma)
+        if ctx.shared is not None
+        else ModuleConfig.objects.filter(kyma=kyma).select_related("module")
+    )
+    configs = {c.module_id: c for c in found}
     changed: list[int] = []
     missing = []
     for entry in entries:
@@ -349,7 +354,7 @@ def _one(
         )
         if was_changed and module.notifies:
             changed.append(config.pk)
-    ctx.verified[key] = [digest, int(ctx.now.timestamp())]
+    note_seen(ctx, key, digest)
     state, message = _state_of(config, live)
     return ModuleOutcome(
         module.name,

@@ -11,7 +11,8 @@ import datetime as dt
 
 from django.conf import settings
 
-from fleet.models import Kyma
+from fleet import queue
+from fleet.models.bookkeeping import row_or_default
 from fleet.models.kyma import SKIP_RECONCILIATION_LABEL
 
 from .context import ReconcileContext
@@ -26,6 +27,7 @@ MESSAGE = (
 def skip(ctx: ReconcileContext) -> Outcome:
     """The outcome of a paused Kyma's reconcile: no runtime call, no status change."""
     kyma = ctx.kyma
-    kyma.next_reconcile_at = ctx.now + dt.timedelta(seconds=settings.RECONCILE_READY_INTERVAL)
-    Kyma.objects.filter(pk=kyma.pk).update(next_reconcile_at=kyma.next_reconcile_at)
+    next_at = ctx.now + dt.timedelta(seconds=settings.RECONCILE_READY_INTERVAL)
+    queue.next_due_at(kyma.pk, next_at)
+    row_or_default(kyma, "reconcile_state").next_reconcile_at = next_at
     return Outcome(kyma.state, 0, MESSAGE)

@@ -14,9 +14,11 @@ from django.utils import timezone
 
 from fleet import queue
 from fleet.models import Kyma, ReconcileRecord
+from fleet.models.bookkeeping import RECONCILE_ROWS
 from reconciler.context import LeaseLost
 from reconciler.drift import count_corrections
 from reconciler.engine import Scope, kyma_reconcile
+from reconciler.shared import SharedReads
 from reconciler.stored import Seen, wait_until_stored
 
 log = logging.getLogger(__name__)
@@ -148,6 +150,51 @@ def _scope(start: queue.Started, reason: str) -> Scope:
     return Scope.PERIODIC if reason == queue.PERIODIC_REASON else Scope.TARGETED
 
 
+def kyma_reconcile_batch_run(
+    kyma_ids: list[int], *, min_spacing: float = 0.0, reason: str = "", marked_at: str = ""
+) -> tuple[list[tuple[int, queue.RetryLater]], list[int]]:
+    """The periodic reconciles of a batch of Kymas (beat's sweep), one after the other, with the
+    reads they share made once (:mod:`.shared`) and their records inserted at once at the end.
+    Each Kyma's reconcile is the one of :func:`kyma_reconcile_run`: its mark cleared as it starts,
+    its own lease, its own status write. Returns (the Kymas to retry later, with when; the Kymas
+    not started because the worker stops): the task publishes a task of their own for each.
+    ``marked_at``: when beat's sweep marked them; a batch that runs long (first reconciles, slow
+    runtimes) moves the marks of its Kymas still to come along, every half
+    ``RECONCILE_OVERDUE_AFTER``, so that the sweep does not queue copies of them."""
+    shared = SharedReads(kyma_ids, timezone.now())
+    refreshed = time.monotonic()
+    records: list[ReconcileRecord] = []
+    retries: list[tuple[int, queue.RetryLater]] = []
+    try:
+        for index, kyma_id in enumerate(kyma_ids):
+            if queue.handing_back():
+                return retries, kyma_ids[index:]
+            if marked_at and time.monotonic() - refreshed > settings.RECONCILE_OVERDUE_AFTER / 2:
+                marked_at, refreshed = queue.marks_refresh(kyma_ids[index:], marked_at), time.monotonic()
+            try:
+                kyma_reconcile_run(
+                    kyma_id, min_spacing=min_spacing, reason=reason, shared=shared, records=records
+                )
+            except queue.RetryLater as later:
+                retries.append((kyma_id, later))
+    finally:
+        _records_insert(records)
+    return retries, []
+
+
+def _records_insert(records: list[ReconcileRecord]) -> None:
+    """Insert a batch's records in one statement (one at a time if a Kyma went meanwhile)."""
+    if not records:
+        return
+    try:
+        ReconcileRecord.objects.bulk_create(records)
+    except IntegrityError:
+        for record in records:
+            with contextlib.suppress(IntegrityError), transaction.atomic():
+                record.pk = None
+                record.save()
+
+
 def kyma_reconcile_run(
     kyma_id: int,
     *,
@@ -156,6 +203,8 @@ def kyma_reconcile_run(
     urgent: bool = False,
     marked: bool = True,
     busy: int = 0,
+    shared: SharedReads | None = None,
+    records: list[ReconcileRecord] | None = None,
 ) -> None:
     """Entry point of the reconcile task; returns quietly when the Kyma is gone.
 
@@ -186,9 +235,12 @@ def kyma_reconcile_run(
     named. An unmarked task (a control-plane change: a module manager's SyncResource) is targeted:
     a request that wanted more also marked the queued task, which follows.
 
-    Database round trips of a no-op: the lease is taken first and the Kyma read once under it;
-    the status write releases the lease in the same UPDATE; the record is inserted without
-    looking whether the Kyma still exists (the cleanup says when it deleted the row).
+    Database round trips of a no-op: the lease is taken first (one upsert of the Kyma's
+    ``ReconcileState`` row) and the Kyma read once under it, with the rows beside it (one query);
+    the schedule write releases the lease in the same UPDATE, and the status (the Kyma row) and
+    ``RuntimeSync`` are written only when they moved; the record is inserted without looking
+    whether the Kyma still exists (the cleanup says when it deleted the row), by the batch for
+    all its Kymas at once (``records``). ``shared``: the batch's reads (:mod:`.shared`).
     """
     queue.lease_release_unreleased()  # a reconcile that met a database outage held one
     if marked:
@@ -200,7 +252,7 @@ def kyma_reconcile_run(
         _defer_busy(kyma_id, start, marked=marked, wait=busy_wait(min_spacing, busy))
         return  # another task is queued: it runs when a slot is free
     try:
-        _run_started(kyma_id, start, min_spacing, reason, urgent, marked)
+        _run_started(kyma_id, start, min_spacing, reason, urgent, marked, shared, records)
     finally:
         if busy:
             BUSY_SLOTS.give_back()
@@ -213,6 +265,8 @@ def _run_started(
     reason: str,
     urgent: bool,
     marked: bool,
+    shared: SharedReads | None = None,
+    records: list[ReconcileRecord] | None = None,
 ) -> None:
     not_before, changes = start.not_before, start.changes
     provisional = _space_provisionally(kyma_id, min_spacing)
@@ -232,7 +286,7 @@ def _run_started(
         return  # another task is queued: it runs after the current holder
     outcome, kyma, released = None, None, False
     try:
-        kyma = Kyma.objects.filter(pk=kyma_id).first()
+        kyma = Kyma.objects.select_related(*RECONCILE_ROWS).filter(pk=kyma_id).first()
         if kyma is None:
             return
         if min_spacing > 0 and kyma.last_reconcile_at is not None:
@@ -267,6 +321,7 @@ def _run_started(
             scope=_scope(start, reason),
             named=[change.key for change in stored],
             seen=seen,
+            shared=shared,
         )
         released = outcome.lease_released
     except LeaseLost as exc:
@@ -292,21 +347,25 @@ def _run_started(
     )
     if outcome.kyma_deleted:
         return
+    record = ReconcileRecord(
+        kyma_id=kyma_id,
+        started_at=started_at,
+        duration_ms=duration_ms,
+        state=outcome.state,
+        runtime_writes=outcome.runtime_writes,
+        message=outcome.message[:2000],
+        reason=reason[:100],
+        changes=list(outcome.changes),
+        drift_corrected=list(outcome.drift),
+    )
+    if records is not None and not outcome.drift:
+        records.append(record)  # a batch inserts its records at once
+        return
     # With corrections, one transaction: whoever sees the record also sees them counted. (A
     # no-op has none: its record is one INSERT, no BEGIN/COMMIT round trips.)
     try:
         with transaction.atomic() if outcome.drift else contextlib.nullcontext():
-            ReconcileRecord.objects.create(
-                kyma_id=kyma_id,
-                started_at=started_at,
-                duration_ms=duration_ms,
-                state=outcome.state,
-                runtime_writes=outcome.runtime_writes,
-                message=outcome.message[:2000],
-                reason=reason[:100],
-                changes=list(outcome.changes),
-                drift_corrected=list(outcome.drift),
-            )
+            record.save(force_insert=True)
             count_corrections([entry["kind"] for entry in outcome.drift])
     except IntegrityError:
         return  # the row was deleted meanwhile (by force): nothing to record it on

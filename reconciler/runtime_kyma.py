@@ -15,19 +15,21 @@ still written when (and only when) the control plane's view moved.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
 from fleet.k8s.client import Gone
 from fleet.k8s.ownership import MANAGED_BY
-from fleet.models import Kyma
+from fleet.models import Kyma, RuntimeSync
+from fleet.models.bookkeeping import row_write
 from fleet.models.kyma import MODULE_DEFAULTS
 from fleet.models.records import describe_change
 from fleet.services import kymas as kyma_services
 from kernel.documents.hashing import document_hash, stamped
 from kernel.errors import ValidationFailed
 
-from .apply import apply_if_changed, read, verified_recently
+from .apply import apply_if_changed, note_seen, read, verified_recently
 from .context import ReconcileContext
 from .kyma_crd import CRD_NAME as CRD_NAME
 from .kyma_crd import kyma_crd as _unstamped_crd
@@ -36,16 +38,18 @@ NAMESPACE = "kyma-system"
 NAME = "default"
 API_VERSION = "operator.kyma-project.io/v1beta2"
 LABELS = {"operator.kyma-project.io/watched-by": "kyma", **MANAGED_BY}
-# Entries of ``Kyma.runtime_verified``: the runtime's Kyma seen with our labels (digest of them),
+# Entries of ``RuntimeSync.runtime_verified``: the runtime's Kyma seen with our labels (digest of them),
 # and the status the mirror last found or wrote there (digest of it).
 VERIFIED_KEY = "|".join((API_VERSION, "Kyma", NAMESPACE, NAME))
 MIRRORED_KEY = f"{VERIFIED_KEY}|status"
 CRD_SERVED_WAITS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)  # seconds: about 3 in all
 
 
+@functools.cache
 def kyma_crd() -> dict[str, Any]:
     """The Kyma CRD the runtime needs to store its Kyma (the control plane installs it, as upstream),
-    with our own schema, so the runtime's API server validates users' edits (``.kyma_crd``)."""
+    with our own schema, so the runtime's API server validates users' edits (``.kyma_crd``).
+    Rendered and hashed once per process (it never changes); callers must not change it."""
     return stamped(_unstamped_crd())
 
 
@@ -116,7 +120,7 @@ def known_unchanged(ctx: ReconcileContext) -> bool:
         ctx.events_trusted
         and not ctx.full
         and (API_VERSION, "Kyma", NAMESPACE, NAME) not in ctx.named
-        and kyma.generation == kyma.pushed_generation
+        and kyma.generation == ctx.sync.pushed_generation
         and verified_recently(ctx, VERIFIED_KEY, _labels_digest(kyma))
     )
 
@@ -127,7 +131,7 @@ def sync(ctx: ReconcileContext) -> dict[str, Any] | None:
     if known_unchanged(ctx):
         return None
     live = _sync(ctx)
-    ctx.verified[VERIFIED_KEY] = [_labels_digest(ctx.kyma), int(ctx.now.timestamp())]
+    note_seen(ctx, VERIFIED_KEY, _labels_digest(ctx.kyma))
     return live
 
 
@@ -143,25 +147,25 @@ def _sync(ctx: ReconcileContext) -> dict[str, Any]:
             ensure_crd(ctx, every_time=True)
             live = _apply_when_served(ctx, desired(kyma))
         ctx.change("applied", resource=f"Kyma {NAMESPACE}/{NAME}", action="created")
-        _record(kyma, live, pushed=kyma.generation)
+        _record(ctx, live, pushed=kyma.generation)
         return live
     live_generation = live.get("metadata", {}).get("generation", 0)
-    if live_generation != kyma.runtime_kyma_generation:
+    if live_generation != ctx.sync.runtime_kyma_generation:
         channel, modules = _spec_of(live)
         normalized = [{**MODULE_DEFAULTS, **m} if isinstance(m, dict) else m for m in modules]
         if (channel, normalized) != (kyma.channel, kyma.module_entries()):
             _adopt(ctx, channel, modules)
-        _record(kyma, live, pushed=kyma.generation)
-    elif kyma.generation != kyma.pushed_generation:
+        _record(ctx, live, pushed=kyma.generation)
+    elif kyma.generation != ctx.sync.pushed_generation:
         live = client.apply(desired(kyma))
         ctx.change(
             "applied", resource=f"Kyma {NAMESPACE}/{NAME}", action="updated with the control plane's spec"
         )
-        _record(kyma, live, pushed=kyma.generation)
+        _record(ctx, live, pushed=kyma.generation)
     labels = live.get("metadata", {}).get("labels") or {}
     if any(labels.get(key) != value for key, value in desired(kyma)["metadata"]["labels"].items()):
         live = client.apply({**desired(kyma), "spec": live.get("spec", {})})
-        _record(kyma, live, pushed=kyma.generation)
+        _record(ctx, live, pushed=kyma.generation)
     return live
 
 
@@ -232,11 +236,16 @@ def spec_changes(
     return sorted(found, key=lambda item: (item[0] != "spec" or "[" in item[1].get("field", ""), str(item)))
 
 
-def _record(kyma: Kyma, live: dict[str, Any], *, pushed: int) -> None:
-    kyma.runtime_kyma_generation = live.get("metadata", {}).get("generation", 0)
-    kyma.pushed_generation = pushed
-    Kyma.objects.filter(pk=kyma.pk).update(
-        runtime_kyma_generation=kyma.runtime_kyma_generation, pushed_generation=kyma.pushed_generation
+def _record(ctx: ReconcileContext, live: dict[str, Any], *, pushed: int) -> None:
+    """The generations just synced, written at once (the reconcile may still fail after this)."""
+    sync = ctx.sync
+    sync.runtime_kyma_generation = live.get("metadata", {}).get("generation", 0)
+    sync.pushed_generation = pushed
+    row_write(
+        RuntimeSync,
+        ctx.kyma.pk,
+        runtime_kyma_generation=sync.runtime_kyma_generation,
+        pushed_generation=sync.pushed_generation,
     )
 
 

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime as dt
 import logging
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.db import transaction
 
+from fleet import queue
 from fleet.k8s.client import RuntimeAPIError
-from fleet.models import Kyma, KymaState
+from fleet.models import Kyma, KymaState, RuntimeSync
+from fleet.models.bookkeeping import row_or_default, row_write
 from fleet.models.kyma import KYMA_FINALIZER, OUR_KYMA_FINALIZERS, state_reason_of
 from fleet.models.records import THROTTLED_MILLISECONDS, THROTTLED_REQUESTS
 from fleet.resources.kinds import KymaKind
@@ -109,12 +113,7 @@ def finish(ctx: ReconcileContext) -> Outcome:
     next_at = ctx.now + dt.timedelta(seconds=next_interval(state, streak))
     if ctx.recheck_at is not None:
         next_at = min(next_at, ctx.recheck_at)
-    fields = {
-        "last_reconcile_at": ctx.now,
-        "next_reconcile_at": next_at,
-        "error_streak": streak,
-        "applied_watchers": kyma.applied_watchers,
-    }
+    fields: dict = {}  # the Kyma's status: only when it changed
     if changed:
         message = ctx.fatal or "; ".join(ctx.messages) or f"reconciled: {state}"
         fields.update(
@@ -139,19 +138,33 @@ def finish(ctx: ReconcileContext) -> Outcome:
             runtime_kyma.mirror_status(ctx, ctx.remote_kyma, runtime_status(shown))
         except RuntimeAPIError as exc:
             log.info("could not mirror the status into the runtime of %s: %s", kyma.key, exc.message)
-    if ctx.verified != kyma.runtime_verified:  # (the mirror notes what it wrote there)
-        fields["runtime_verified"] = ctx.verified
+    synced: dict = {}  # RuntimeSync: only what moved (a no-op writes none of it)
+    if ctx.verified != (ctx.sync.runtime_verified or {}):  # (the mirror notes what it wrote there)
+        synced["runtime_verified"] = ctx.verified
+    if ctx.sync.applied_watchers != ctx.synced_watchers:
+        synced["applied_watchers"] = ctx.sync.applied_watchers
     _count_throttling(ctx)
     if reached:
         _note_module_states(ctx, kyma.module_status, module_status)
-    if ctx.lease_owner:  # one UPDATE for the status and the lease; none if the lease was lost
-        fields.update(lease_owner="", lease_until=None)
-        if not Kyma.objects.filter(pk=kyma.pk, lease_owner=ctx.lease_owner).update(**fields):
+    # The schedule and the lease in one UPDATE of the Kyma's ReconcileState row (none if the lease
+    # was lost); the status and the sync rows only when they moved, in the same transaction. A
+    # no-op writes that one row: never the Kyma row an operator edits.
+    with transaction.atomic() if fields or synced else contextlib.nullcontext():
+        if not queue.reconcile_finished(
+            kyma.pk, owner=ctx.lease_owner, ran_at=ctx.now, next_at=next_at, error_streak=streak
+        ):
             raise LeaseLost(f"lease of Kyma {kyma.key} lost")
-    else:
-        Kyma.objects.filter(pk=kyma.pk).update(**fields)
+        if fields:
+            Kyma.objects.filter(pk=kyma.pk).update(**fields)
+        if synced:
+            row_write(RuntimeSync, kyma.pk, **synced)
     for name, value in fields.items():
         setattr(kyma, name, value)
+    for name, value in synced.items():
+        setattr(ctx.sync, name, value)
+    schedule = row_or_default(kyma, "reconcile_state")
+    schedule.last_reconcile_at, schedule.next_reconcile_at, schedule.error_streak = ctx.now, next_at, streak
+    schedule.lease_owner, schedule.lease_until = "", None
     counts = ctx.client.counts if ctx.client is not None else None
     return Outcome(
         state,

@@ -183,7 +183,12 @@ def settled(resource: SyncResource) -> bool:
 
 def sync(ctx: ReconcileContext) -> None:
     failing: dict[str, list[str]] = {}
-    for resource in SyncResource.objects.filter(kyma=ctx.kyma).select_related("module"):
+    resources = (
+        ctx.shared.sync_resources(ctx.kyma)
+        if ctx.shared is not None
+        else SyncResource.objects.filter(kyma=ctx.kyma).select_related("module")
+    )
+    for resource in resources:
         ctx.step()
         if resource.is_deleting:
             _finish_deletion(ctx, resource)

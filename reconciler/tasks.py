@@ -10,7 +10,7 @@ from django.conf import settings
 from django.db import OperationalError
 
 from fleet import queue
-from reconciler.run import kyma_reconcile_run
+from reconciler.run import kyma_reconcile_batch_run, kyma_reconcile_run
 
 log = logging.getLogger(__name__)
 # Longest wait between a reconcile's tries while the database is unavailable (seconds).
@@ -61,3 +61,28 @@ def kyma_reconcile(
             "reconcile of Kyma %s: database unavailable (%s); retrying in %d s", kyma_id, exc, countdown
         )
         raise self.retry(countdown=countdown, max_retries=120) from exc
+
+
+@shared_task(name="controlplane.kyma_reconcile_batch", bind=True, acks_late=True, max_retries=None)
+def kyma_reconcile_batch(self: Task, kyma_ids: list[int], reason: str = "", marked_at: str = "") -> None:
+    """Beat's periodic reconciles of a batch of Kymas (``RECONCILE_BATCH_SIZE``): each as
+    :func:`kyma_reconcile` would run it, the reads they share made once. A Kyma that cannot run
+    now, or that the batch did not reach because the worker stops, gets a task of its own (its
+    mark is still there: queued). While the database is away the batch retries as a whole."""
+    try:
+        retries, rest = kyma_reconcile_batch_run(
+            kyma_ids, min_spacing=settings.RECONCILE_MIN_SPACING, reason=reason, marked_at=marked_at
+        )
+    except OperationalError as exc:
+        countdown = min(DATABASE_RETRY_MAX, 2 ** min(self.request.retries, 6))
+        log.warning(
+            "reconciles of %d Kyma(s): database unavailable (%s); retrying in %d s",
+            len(kyma_ids),
+            exc,
+            countdown,
+        )
+        raise self.retry(countdown=countdown, max_retries=120) from exc
+    for kyma_id, later in retries:
+        kyma_reconcile.apply_async(args=[kyma_id], kwargs={"reason": reason}, countdown=later.retry_after)
+    for kyma_id in rest:
+        kyma_reconcile.apply_async(args=[kyma_id], kwargs={"reason": reason})

@@ -79,9 +79,14 @@ def left_as_is(ctx: ReconcileContext) -> bool:
 Watched = tuple[str, str, str, bool]
 
 
+def _active(ctx: ReconcileContext) -> list[Watcher]:
+    """:func:`active_watchers`, read once for a whole batch when the reconcile is one of a batch."""
+    return ctx.shared.watchers(active_watchers) if ctx.shared is not None else active_watchers()
+
+
 def render(ctx: ReconcileContext, watched: Sequence[Watched]) -> list[dict[str, Any]]:
     """The runtime watcher's objects for this runtime, in apply order (stamped): see :func:`_render`."""
-    return _render(ctx, runtime_watchers(ctx.targets, active_watchers()), watched)
+    return _render(ctx, runtime_watchers(ctx.targets, _active(ctx)), watched)
 
 
 def _render(
@@ -90,9 +95,15 @@ def _render(
     """The objects for these Watchers (as this runtime gets them), the webhook for owned objects
     reporting changes of the ``watched`` kinds (the registry's, :mod:`.steps`). Issues or renews
     the Kyma's certificate when due (:class:`pki.PKIError` when it cannot); raises
-    :class:`DockerConfigError` when the image pull secret's file cannot be used."""
-    certificate = pki.certificate_for_kyma(kyma=ctx.kyma, now=ctx.now)
-    tls = pki.runtime_secret_data(certificate, now=ctx.now)
+    :class:`DockerConfigError` when the image pull secret's file cannot be used. In a batch, the
+    certificates due and the CA bundle are read once for all its Kymas (:mod:`.shared`)."""
+    shared = ctx.shared
+    if shared is not None:
+        certificate = shared.certificate(ctx.kyma, ctx.now)
+        tls = pki.runtime_secret_data(certificate, now=ctx.now, bundle=shared.ca_bundle())
+    else:
+        certificate = pki.certificate_for_kyma(kyma=ctx.kyma, now=ctx.now)
+        tls = pki.runtime_secret_data(certificate, now=ctx.now)
     return runtime_watcher_resources(
         watchers=watchers,
         tls=tls,
@@ -105,7 +116,7 @@ def _render(
 def step(ctx: ReconcileContext, watched: Sequence[Watched]) -> None:
     """The runtime watcher (unless a targeted reconcile leaves it as it is) and its heartbeat."""
     if not left_as_is(ctx):
-        sync(ctx, active_watchers(), watched)
+        sync(ctx, _active(ctx), watched)
     watcher_heartbeat.evaluate(ctx)
 
 
@@ -133,7 +144,7 @@ def sync(ctx: ReconcileContext, watchers: list[Watcher], watched: Sequence[Watch
         if doc["kind"] == "Deployment":
             deployment = live
     _remove_legacy(ctx)
-    ctx.kyma.applied_watchers = sorted(rollout_mark(w) for w in watchers)
+    ctx.sync.applied_watchers = sorted(rollout_mark(w) for w in watchers)
     if deployment is None:  # just applied: its status is only known after the apply settled
         deployment = ctx.client.get("apps/v1", "Deployment", NAME, NAMESPACE)
     readiness(ctx, deployment)
@@ -166,7 +177,7 @@ def _apply(ctx: ReconcileContext, doc: dict[str, Any], *, every_time: bool) -> d
 
 def _remove_legacy(ctx: ReconcileContext) -> None:
     """Delete the NetworkPolicies this project used to name otherwise, in a runtime known to
-    hold them (a key in ``Kyma.runtime_verified``): nothing to do, and no request, elsewhere."""
+    hold them (a key in ``RuntimeSync.runtime_verified``): nothing to do, and no request, elsewhere."""
     for name in LEGACY_NETWORK_POLICIES:
         key = "|".join(("networking.k8s.io/v1", "NetworkPolicy", NAMESPACE, name))
         if ctx.verified.pop(key, None) is not None:

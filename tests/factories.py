@@ -1,8 +1,11 @@
 """factory_boy factories for the domain models (valid by default, override what a test needs)."""
 
+from typing import Any
+
 import factory
 
 from fleet.models import Kyma, Module, SyncResource
+from fleet.models.bookkeeping import FORMER_COLUMNS, ROWS
 from watchers.models import Watcher
 
 SAMPLE_MANIFESTS = """\
@@ -26,6 +29,30 @@ class KymaFactory(factory.django.DjangoModelFactory):
     skr_domain = factory.LazyAttribute(lambda k: f"{k.name}.skr.example.com")
     channel = "regular"
     modules = factory.LazyFunction(list)
+
+    @classmethod
+    def _create(cls, model_class: type, *args: Any, **kwargs: Any) -> Any:
+        """The former columns of the Kyma (``last_reconcile_at=``, ``watcher_last_seen_at=``, ...)
+        go into the rows beside it (fleet.models.bookkeeping)."""
+        former = {name: kwargs.pop(name) for name in list(kwargs) if name in FORMER_COLUMNS}
+        kyma = super()._create(model_class, *args, **kwargs)
+        if former:
+            beside(kyma, **former)
+        return kyma
+
+
+def beside(kyma: Any, **former: Any) -> None:
+    """Set values of the rows beside a Kyma (or a Kyma's id) by the former names of its columns
+    (``beside(kyma, watcher_last_seen_at=now)``), making the rows that are missing."""
+    pk = kyma if isinstance(kyma, int) else kyma.pk
+    by_row: dict[str, dict[str, Any]] = {}
+    for name, value in former.items():
+        row, field = FORMER_COLUMNS[name]
+        by_row.setdefault(row, {})[field] = value
+    for row, values in by_row.items():
+        ROWS[row].objects.update_or_create(kyma_id=pk, defaults=values)
+        if not isinstance(kyma, int):
+            kyma._state.fields_cache.pop(row, None)  # the next read finds them
 
 
 class ModuleFactory(factory.django.DjangoModelFactory):

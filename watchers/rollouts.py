@@ -7,7 +7,7 @@ fields; a new Watcher's webhook is not there yet). A runtime passes when its rec
 new entry (the Kyma's ``applied_watchers`` carries its mark) and the runtime watcher is Ready.
 
 The runtime watcher's settings (:mod:`.runtime_config`) are moved Kyma by Kyma
-(``Kyma.watcher_settings``); a runtime passes when its watcher is Ready with them.
+(the Kyma's ``WatcherSettingsPin``); a runtime passes when its watcher is Ready with them.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from fleet.models.rollout import effective_policy
 from fleet.rollouts.kinds import NOT_YET, Subject, Verdict, judge_kyma, reconciled_since, register
 from fleet.rollouts.planning import Member
 from fleet.rollouts.services import Change, rollout_start
+from fleet.services.watcher_pins import watcher_settings_pin
 from kernel.documents import schema
 from kernel.errors import ValidationFailed
 
@@ -128,9 +129,7 @@ class RuntimeWatcherSubject(Subject):
         return f"runtime watcher: {self.label(old)} → {self.label(new)} (settings {str(new)[:12]})"
 
     def release(self, rollout: Rollout, targets: list[RolloutTarget]) -> None:
-        Kyma.objects.filter(pk__in=[t.kyma_id for t in targets]).update(
-            watcher_settings=rollout.to_value["value"]
-        )
+        watcher_settings_pin(kyma_ids=[t.kyma_id for t in targets], digest=rollout.to_value["value"])
 
     def roll_back(self, rollout: Rollout, targets: list[RolloutTarget]) -> None:
         by_value: dict[str, list[int]] = {}
@@ -138,17 +137,17 @@ class RuntimeWatcherSubject(Subject):
             value = (target.from_value or {}).get("value") or rollout.from_value.get("value")
             by_value.setdefault(value, []).append(target.kyma_id)
         for value, ids in by_value.items():
-            Kyma.objects.filter(pk__in=ids).update(watcher_settings=value)
+            watcher_settings_pin(kyma_ids=ids, digest=value)
 
     def complete(self, rollout: Rollout) -> list[int]:
         new = rollout.to_value["value"]
         runtime_config.make_default(new)
         left = list(
             Kyma.objects.filter(deletion_timestamp__isnull=True)
-            .exclude(watcher_settings=new)
+            .exclude(watcher_settings_pin__digest=new)
             .values_list("id", flat=True)
         )
-        Kyma.objects.filter(pk__in=left).update(watcher_settings=new)
+        watcher_settings_pin(kyma_ids=left, digest=new)
         return left
 
     def judge(self, rollout: Rollout, target: RolloutTarget, kyma: Kyma, extra: Any) -> Verdict:

@@ -3,7 +3,7 @@
 Every control-plane process reads ``WATCHER_IMAGE``, ``WATCHER_KCP_ADDR``, ... from its own
 environment, and during a deployment old and new processes run side by side. So no process renders
 its own settings into a runtime: a runtime gets the settings its Kyma names
-(``Kyma.watcher_settings``, a :class:`RuntimeWatcherSettings` digest), which every process renders
+(the Kyma's ``WatcherSettingsPin``, a :class:`RuntimeWatcherSettings` digest), which every process renders
 alike. The first process that meets settings never seen before (a new image, say) records them and
 starts a rollout from the fleet's settings to them (``fleet.rollouts``: waves, gates); its waves
 move each runtime's digest, and the new settings become the fleet's once it completes. Settings
@@ -24,9 +24,11 @@ from django.db import IntegrityError, transaction
 
 from fleet import queue
 from fleet.models import Kyma, Rollout, RolloutKind, RuntimeWatcherSettings
+from fleet.models.bookkeeping import row_or_default
 from fleet.models.rollout import HOLDING_STATES, effective_policy
 from fleet.rollouts.planning import Member
 from fleet.rollouts.services import Change, rollout_start
+from fleet.services.watcher_pins import watcher_settings_pin, watcher_settings_pin_first
 
 from .rendering import WatcherConfig
 
@@ -77,13 +79,12 @@ def config_for(kyma: Kyma) -> WatcherConfig:
     only if it still names none, so a rollout's wave that named others meanwhile stands).
     Registers this process's settings once."""
     register_own()
-    if not kyma.watcher_settings:
+    pin = row_or_default(kyma, "watcher_settings_pin")
+    if not pin.digest:
         digest = fleet_digest()
-        Kyma.objects.filter(pk=kyma.pk, watcher_settings="").update(watcher_settings=digest)
-        kyma.watcher_settings = (
-            Kyma.objects.filter(pk=kyma.pk).values_list("watcher_settings", flat=True).first() or digest
-        )
-    return config_of(kyma.watcher_settings) or WatcherConfig.from_settings()
+        # (only when none is pinned: one a rollout's wave set meanwhile stands)
+        pin.digest = watcher_settings_pin_first(kyma_id=kyma.pk, digest=digest) or digest
+    return config_of(pin.digest) or WatcherConfig.from_settings()
 
 
 def config_shown(kyma: Kyma) -> WatcherConfig:
@@ -152,7 +153,7 @@ def settings_rollout(
 ) -> Rollout | None:
     """Roll ``to_digest`` out to every runtime; ``None`` (and at once) for a fleet of one."""
     rows = Kyma.objects.filter(deletion_timestamp__isnull=True).values_list(
-        "id", "uid", "labels", "watcher_settings"
+        "id", "uid", "labels", "watcher_settings_pin__digest"
     )
     members = [Member(pk, str(uid), labels or {}, pin or from_digest) for pk, uid, labels, pin in rows]
     config = config_of(to_digest)
@@ -174,7 +175,7 @@ def settings_rollout(
     )
     if rollout is None:  # at once: every runtime gets them, and they are the fleet's
         make_default(to_digest)
-        Kyma.objects.exclude(watcher_settings=to_digest).update(watcher_settings=to_digest)
+        watcher_settings_pin(kyma_ids=Kyma.objects.values_list("id", flat=True), digest=to_digest)
         queue.request([m.kyma_id for m in members], reason="runtime-watcher settings changed", urgent=True)
     return rollout
 

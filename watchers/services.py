@@ -5,7 +5,7 @@ from __future__ import annotations
 from celery import current_app
 from django.db import transaction
 
-from fleet.models import Kyma, RolloutKind
+from fleet.models import RolloutKind, RuntimeSync
 from fleet.rollouts.services import subject_rollouts_end
 from kernel.errors import Conflict
 from kernel.services import deletion_begin, resource_save, stored_spec, upsert
@@ -87,14 +87,17 @@ def watcher_delete(*, watcher: Watcher) -> bool:
 def watchers_finalize() -> list[str]:
     """Second step of a Watcher's deletion: once no Kyma's applied webhooks name it, it goes.
 
-    A Kyma records the Watchers of the webhook configuration it applied (``applied_watchers``);
-    the reconciles that the deletion fanned out drop the Watcher from every reachable runtime.
+    A Kyma records the Watchers of the webhook configuration it applied
+    (``RuntimeSync.applied_watchers``); the reconciles that the deletion fanned out drop the
+    Watcher from every reachable runtime.
     """
     deleting = {str(w.uid): w for w in Watcher.objects.filter(deletion_timestamp__isnull=False)}
     if not deleting:
         return []
     in_use: set[str] = set()
-    applied_lists = Kyma.objects.exclude(applied_watchers=[]).values_list("applied_watchers", flat=True)
+    applied_lists = RuntimeSync.objects.exclude(applied_watchers=[]).values_list(
+        "applied_watchers", flat=True
+    )
     for applied in applied_lists.iterator():
         in_use.update(marked_uid(mark) for mark in applied)
     gone = []

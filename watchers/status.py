@@ -122,11 +122,14 @@ def _reachable_marks() -> Iterator[list[str]]:
     """The rollout marks of every reachable runtime. Only a Kyma in Error can have been found
     unreachable, so only those rows bring their conditions along."""
     kymas = Kyma.objects.filter(deletion_timestamp__isnull=True)
-    yield from kymas.exclude(state=KymaState.ERROR).values_list("applied_watchers", flat=True).iterator()
-    failed = kymas.filter(state=KymaState.ERROR).values_list("applied_watchers", "conditions")
-    for marks, conditions in failed.iterator():
+    marks = "runtime_sync__applied_watchers"
+    yield from (
+        found or [] for found in kymas.exclude(state=KymaState.ERROR).values_list(marks, flat=True).iterator()
+    )
+    failed = kymas.filter(state=KymaState.ERROR).values_list(marks, "conditions")
+    for found, conditions in failed.iterator():
         if _reachable(conditions):
-            yield marks
+            yield found or []
 
 
 class _Fleet:

@@ -134,7 +134,10 @@ class KymaAdmin(ResourceAdmin):
         has_kubeconfig = ExpressionWrapper(~Q(kubeconfig=""), output_field=BooleanField())
         last_change = Greatest("updated_at", Coalesce("status_changed_at", "updated_at"))
         return (
-            super().get_queryset(request).annotate(has_kubeconfig=has_kubeconfig, last_change_at=last_change)
+            super()
+            .get_queryset(request)
+            .select_related("reconcile_state", "watcher_contact")  # the list's columns, same query
+            .annotate(has_kubeconfig=has_kubeconfig, last_change_at=last_change)
         )
 
     @admin.display(description="Kyma", ordering="name")
@@ -167,7 +170,7 @@ class KymaAdmin(ResourceAdmin):
     def last_change(self, kyma: Kyma) -> str:
         return age(getattr(kyma, "last_change_at", None) or kyma.updated_at)
 
-    @admin.display(description="Last reconcile", ordering="last_reconcile_at")
+    @admin.display(description="Last reconcile", ordering="reconcile_state__last_reconcile_at")
     def last_reconcile(self, kyma: Kyma) -> str:
         return age(kyma.last_reconcile_at)
 
@@ -175,7 +178,7 @@ class KymaAdmin(ResourceAdmin):
     def kubeconfig_state(self, kyma: Kyma) -> str:
         return secret_state(kyma.kubeconfig)
 
-    @admin.display(description="Runtime watcher", ordering="watcher_last_seen_at")
+    @admin.display(description="Runtime watcher", ordering="watcher_contact__last_seen_at")
     def watcher_column(self, kyma: Kyma) -> str:
         seen = kyma.watcher_last_seen_at
         if seen is None:

@@ -44,9 +44,10 @@ FAILING_FIELDS = (
     "state_reason",
     "conditions",
     "last_operation",
-    "last_reconcile_at",
-    "error_streak",
     "updated_at",
+    # (the row beside the Kyma, read in the same query)
+    "reconcile_state__last_reconcile_at",
+    "reconcile_state__error_streak",
 )
 
 
@@ -174,12 +175,13 @@ def failing_by_reason(
     ranked = (
         narrow(Kyma.objects.all())
         .filter(state=KymaState.ERROR, state_reason__in=reasons)
+        .select_related("reconcile_state")
         .only(*FAILING_FIELDS)
         .annotate(
             rank=Ranked(
                 RowNumber(),
                 partition_by=[F("state_reason")],
-                order_by=[F("last_reconcile_at").desc(nulls_last=True), F("id").desc()],
+                order_by=[F("reconcile_state__last_reconcile_at").desc(nulls_last=True), F("id").desc()],
             )
         )
         .filter(rank__lte=per_group)

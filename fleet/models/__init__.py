@@ -2,6 +2,7 @@
 
 from kernel.models import NamespacedResourceModel, ResourceModel
 
+from .bookkeeping import ReconcileMark, ReconcileState, RuntimeSync, WatcherContact, WatcherSettingsPin
 from .credentials import MODULE_KEY_MARKER, ModuleCredential
 from .jobs import Job, JobKind, JobStatus
 from .kyma import Kyma, KymaState
@@ -39,7 +40,9 @@ __all__ = [
     "ModuleConfigWatch",
     "ModuleCredential",
     "NamespacedResourceModel",
+    "ReconcileMark",
     "ReconcileRecord",
+    "ReconcileState",
     "ResourceModel",
     "RevisionCounter",
     "Rollout",
@@ -47,7 +50,10 @@ __all__ = [
     "RolloutKind",
     "RolloutState",
     "RolloutTarget",
+    "RuntimeSync",
     "RuntimeWatcherSettings",
     "SyncResource",
     "TargetState",
+    "WatcherContact",
+    "WatcherSettingsPin",
 ]

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+import datetime as dt
+from typing import Any, ClassVar
 
-from django.core.exceptions import ValidationError
+from django.core.exceptions import ObjectDoesNotExist, ValidationError
 from django.core.validators import MaxLengthValidator, MinLengthValidator, RegexValidator
 from django.db import models
 
@@ -139,39 +140,6 @@ class Kyma(NamespacedResourceModel):
     state_reason = models.CharField(max_length=64, blank=True)
     status_changed_at = models.DateTimeField(null=True, blank=True)
 
-    # Scheduling of reconciles (see fleet.queue.requests).
-    last_reconcile_at = models.DateTimeField(null=True, blank=True)
-    next_reconcile_at = models.DateTimeField(null=True, blank=True)
-    # The mark "a reconcile task is queued": when it may start at the earliest (its ETA), and the
-    # time before which it must not read the runtime (events that arrived just before it started).
-    reconcile_queued_at = models.DateTimeField(null=True, blank=True)
-    reconcile_not_before = models.DateTimeField(null=True, blank=True)
-    # The changes (one per line, see fleet.queue.changes) the runtime must have stored before the
-    # queued reconcile reads it: those the events it covers reported.
-    reconcile_changes = models.TextField(blank=True, default="", editable=False)
-    # Until when the next reconcile waits for RECONCILE_MIN_SPACING (a hint for the mark's ETA).
-    reconcile_spaced_until = models.DateTimeField(null=True, blank=True, editable=False)
-    # The mark "an urgent (control-plane) reconcile task is queued beside the one above".
-    reconcile_urgent_at = models.DateTimeField(null=True, blank=True, editable=False)
-    lease_owner = models.CharField(max_length=128, blank=True)
-    lease_until = models.DateTimeField(null=True, blank=True)
-    error_streak = models.PositiveIntegerField(default=0)
-
-    # What the reconciler last synced with the runtime (see reconciler).
-    runtime_kyma_generation = models.BigIntegerField(default=0, editable=False)
-    pushed_generation = models.BigIntegerField(default=0, editable=False)
-    applied_watchers = models.JSONField(default=list, blank=True, editable=False)
-    # The runtime-watcher settings this runtime gets (a RuntimeWatcherSettings digest; empty: the
-    # fleet's, set by its next reconcile). A rollout of new settings moves it wave by wave.
-    watcher_settings = models.CharField(max_length=64, blank=True, editable=False, db_index=True)
-    # Runtime objects whose check can wait (reconciler.apply): "apiVersion|kind|ns|name" ->
-    # [content hash, epoch seconds when seen holding it]; shared by every worker, written with the status.
-    runtime_verified = models.JSONField(default=dict, blank=True, editable=False)
-
-    # Liveness of the runtime watcher (heartbeats and events reach the listener).
-    watcher_last_seen_at = models.DateTimeField(null=True, blank=True)
-    watcher_report = models.JSONField(default=dict, blank=True)
-
     SPEC_FIELDS: ClassVar[tuple[str, ...]] = (
         "runtime_id",
         "skr_domain",
@@ -187,7 +155,6 @@ class Kyma(NamespacedResourceModel):
         ]
         indexes = [
             models.Index(fields=["state", "name"], name="kyma_state_name"),
-            models.Index(fields=["next_reconcile_at"], name="kyma_next_reconcile"),
             models.Index(fields=["name"], name="kyma_name"),
             models.Index(fields=["state", "state_reason"], name="kyma_state_reason"),
         ]
@@ -204,3 +171,60 @@ class Kyma(NamespacedResourceModel):
 
     def condition(self, type_: str) -> dict | None:
         return next((c for c in self.conditions if c.get("type") == type_), None)
+
+    # What the machinery keeps beside the Kyma, read-only here (each row has one writer, see
+    # fleet.models.bookkeeping): the defaults when the row was never written. Lists read them
+    # with ``select_related`` (one query), a single Kyma page with a query per row.
+    def _beside(self, row: str, name: str, default: Any) -> Any:
+        try:
+            return getattr(getattr(self, row), name)
+        except ObjectDoesNotExist:
+            return default
+
+    @property
+    def last_reconcile_at(self) -> dt.datetime | None:
+        return self._beside("reconcile_state", "last_reconcile_at", None)
+
+    @property
+    def next_reconcile_at(self) -> dt.datetime | None:
+        return self._beside("reconcile_state", "next_reconcile_at", None)
+
+    @property
+    def error_streak(self) -> int:
+        return self._beside("reconcile_state", "error_streak", 0)
+
+    @property
+    def lease_owner(self) -> str:
+        return self._beside("reconcile_state", "lease_owner", "")
+
+    @property
+    def lease_until(self) -> dt.datetime | None:
+        return self._beside("reconcile_state", "lease_until", None)
+
+    @property
+    def watcher_last_seen_at(self) -> dt.datetime | None:
+        return self._beside("watcher_contact", "last_seen_at", None)
+
+    @property
+    def watcher_report(self) -> dict:
+        return self._beside("watcher_contact", "report", {})
+
+    @property
+    def applied_watchers(self) -> list:
+        return self._beside("runtime_sync", "applied_watchers", [])
+
+    @property
+    def runtime_verified(self) -> dict:
+        return self._beside("runtime_sync", "runtime_verified", {})
+
+    @property
+    def runtime_kyma_generation(self) -> int:
+        return self._beside("runtime_sync", "runtime_kyma_generation", 0)
+
+    @property
+    def pushed_generation(self) -> int:
+        return self._beside("runtime_sync", "pushed_generation", 0)
+
+    @property
+    def watcher_settings(self) -> str:
+        return self._beside("watcher_settings_pin", "digest", "")

@@ -9,7 +9,8 @@
 - :func:`started` clears the mark when a task starts and returns that "not before" time
   (:func:`start` returns the changes too);
   :func:`rearm` makes a task that cannot run now (:mod:`.retry`) the one later requests join.
-- :mod:`.lease`: never two reconciles of one Kyma at once.
+- :mod:`.lease`: never two reconciles of one Kyma at once (renewed while it runs, short when not);
+  :mod:`.schedule`: when the next periodic reconcile is due, written as the reconcile ends.
 - :class:`Coverage`: the listener skips the round trip for events a queued task provably covers.
 
 Tasks are published by their stable name (``controlplane.kyma_reconcile``): this package sits
@@ -27,11 +28,13 @@ from .lease import (
     lease_extend,
     lease_release,
     lease_release_unreleased,
+    lease_released,
     worker_id,
 )
 from .marks import Started, flags
 from .requests import (
     PERIODIC_REASON,
+    RECONCILE_BATCH_TASK,
     RECONCILE_TASK,
 )
 from .requests import (
@@ -39,6 +42,9 @@ from .requests import (
 )
 from .requests import (
     kyma_reconcile_request_one as request_one,
+)
+from .requests import (
+    reconcile_marks_refresh as marks_refresh,
 )
 from .requests import (
     reconcile_overdue_requeue as requeue_overdue,
@@ -65,10 +71,13 @@ from .requests import (
     reconcile_started as started,
 )
 from .retry import MAX_HOLD, LeaseBusy, NoBusySlot, RetryLater, TooSoon, WorkerStopping, hold_for
+from .schedule import due_now, reconcile_finished
+from .schedule import next_at as next_due_at
 
 __all__ = [
     "MAX_HOLD",
     "PERIODIC_REASON",
+    "RECONCILE_BATCH_TASK",
     "RECONCILE_TASK",
     "Coverage",
     "LeaseBusy",
@@ -80,6 +89,7 @@ __all__ = [
     "TooSoon",
     "WorkerStopping",
     "decode_all",
+    "due_now",
     "flags",
     "hand_back_all",
     "handing_back",
@@ -89,9 +99,13 @@ __all__ = [
     "lease_extend",
     "lease_release",
     "lease_release_unreleased",
+    "lease_released",
+    "marks_refresh",
+    "next_due_at",
     "queued",
     "rearm",
     "rearm_urgent",
+    "reconcile_finished",
     "request",
     "request_one",
     "requeue_overdue",

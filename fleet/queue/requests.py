@@ -1,6 +1,6 @@
 """Queueing of Kyma reconciles: coalesced, durable, and never two at once for one Kyma.
 
-*Coalescing.* A mark per Kyma (:mod:`.marks`: a Redis key, or a column) says "a
+*Coalescing.* A mark per Kyma (:mod:`.marks`: a Redis key, or a row beside the Kyma) says "a
 reconcile task is in the broker and has not started". A request claims the mark and publishes a
 task only if it won the claim; a worker clears the mark when the task starts, *before* it reads
 any state. So an event that arrives while a task waits is covered by that task, and an event that
@@ -45,7 +45,12 @@ a few slots of each worker process (``RECONCILE_BUSY_SLOTS``, :mod:`reconciler.r
 none is free they wait, holding their mark, so events meanwhile coalesce into them. So a storm of
 edits in many runtimes neither queues nor slows down a quiet runtime's reconcile.
 
-*Mutual exclusion* is :mod:`.lease`; what a task does when it cannot run now, :mod:`.retry`.
+*Batches.* Beat's periodic reconciles (``reason="periodic"``) go out ``RECONCILE_BATCH_SIZE`` Kymas
+to a task (``controlplane.kyma_reconcile_batch``): each Kyma is marked as for a task of its own,
+and the batch clears each mark as it starts that Kyma (``reconciler.run``).
+
+*Mutual exclusion* is :mod:`.lease`; what a task does when it cannot run now, :mod:`.retry`;
+when the next periodic reconcile is due, :mod:`.schedule`.
 """
 
 from __future__ import annotations
@@ -56,21 +61,25 @@ import logging
 from collections.abc import Collection, Sequence
 
 from celery import current_app
+from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 from kombu.exceptions import ChannelError
 from kombu.exceptions import OperationalError as KombuOperationalError
 from redis.exceptions import RedisError
 
-from fleet.models import Kyma
 from kernel.errors import QueueUnavailable
 
+from . import schedule
 from .changes import StoredChange
 from .marks import FULL, Started, flags
+from .marks.base import to_stamp
 
 log = logging.getLogger(__name__)
 
 RECONCILE_TASK = "controlplane.kyma_reconcile"
+# Beat's sweep: the periodic reconciles of due Kymas, RECONCILE_BATCH_SIZE to a task.
+RECONCILE_BATCH_TASK = "controlplane.kyma_reconcile_batch"
 # The reason of beat's sweep. A reconcile queued only for it may trust the runtime watcher's events
 # for what they cover (see ``reconciler.engine``); any other reason reads everything.
 PERIODIC_REASON = "periodic"
@@ -112,6 +121,24 @@ def _publish(
             )
 
 
+def _publish_batches(kyma_ids: Sequence[int], countdown: float, reason: str, eta: dt.datetime) -> None:
+    """Beat's periodic reconciles, ``RECONCILE_BATCH_SIZE`` Kymas to a task (each Kyma marked as
+    for a task of its own: the batch clears each mark as it starts that Kyma, and keeps the marks
+    of those still to come from counting as lost: ``marked_at``, :func:`reconcile_marks_refresh`)."""
+    size = settings.RECONCILE_BATCH_SIZE
+    options = {"countdown": countdown} if countdown > 0 else {}
+    with current_app.producer_or_acquire() as producer:
+        for start in range(0, len(kyma_ids), size):
+            current_app.send_task(
+                RECONCILE_BATCH_TASK,
+                args=[list(kyma_ids[start : start + size])],
+                kwargs={"reason": reason, "marked_at": to_stamp(eta)},
+                producer=producer,
+                retry=True,
+                **options,
+            )
+
+
 def _publish_failed(kyma_ids: list[int], eta: dt.datetime) -> None:
     """Undo the claims of a publish that failed. Requests that coalesced into them meanwhile were
     already answered, so the Kymas are also marked due: the periodic sweep queues them as soon as
@@ -119,7 +146,7 @@ def _publish_failed(kyma_ids: list[int], eta: dt.datetime) -> None:
     with contextlib.suppress(RedisError):
         flags().release(kyma_ids, eta)
     with contextlib.suppress(DatabaseError):
-        Kyma.objects.filter(id__in=kyma_ids).update(next_reconcile_at=timezone.now())
+        schedule.due_now(kyma_ids, timezone.now())
 
 
 def kyma_reconcile_request(
@@ -176,7 +203,10 @@ def _request(
     try:
         # The unmarked ones first: if they fail, no claimed task went out yet to undo.
         _publish(extra, countdown, reason, urgent=True, marked=False, busy=busy)
-        _publish(claimed, countdown, reason, urgent=urgent, busy=busy)
+        if reason == PERIODIC_REASON and not urgent and settings.RECONCILE_BATCH_SIZE > 1:
+            _publish_batches(claimed, countdown, reason, eta)
+        else:
+            _publish(claimed, countdown, reason, urgent=urgent, busy=busy)
     except (KombuOperationalError, OSError) as exc:
         _publish_failed(claimed, eta)
         raise QueueUnavailable(f"the task queue is unavailable: {exc}") from exc
@@ -261,6 +291,19 @@ def kyma_reconcile_request_one(
         _publish_failed([kyma_id], eta)
         raise QueueUnavailable(f"the task queue is unavailable: {exc}") from exc
     return True, eta
+
+
+def reconcile_marks_refresh(kyma_ids: Sequence[int], marked_at: str) -> str:
+    """A batch that has been running a while: the marks of its Kymas still to come (set for
+    ``marked_at``, as :func:`to_stamp` wrote it) move to now, so beat's sweep does not take them
+    for lost (``RECONCILE_OVERDUE_AFTER``) and queue copies; a mark that moved on meanwhile (a
+    request's task started) is left as it is. Returns the marks' time now."""
+    now = timezone.now()
+    store = flags()
+    with contextlib.suppress(RedisError, DatabaseError):  # a hint: a copy only costs a reconcile
+        for kyma_id in kyma_ids:
+            store.refresh(kyma_id, marked_at, now)
+    return to_stamp(now)
 
 
 def reconcile_started(kyma_id: int) -> dt.datetime | None:

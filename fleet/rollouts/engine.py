@@ -51,15 +51,15 @@ KYMA_FIELDS = (
     "conditions",
     "module_status",
     "last_operation",
-    "last_reconcile_at",
     "generation",
     "observed_generation",
-    "applied_watchers",
-    "watcher_settings",
     "labels",
     "annotations",
     "skip_maintenance_windows",
 )
+# The rows beside each Kyma the judge reads (when it last reconciled, the Watchers it applied,
+# the watcher settings it got), in the same query.
+JUDGED_ROWS = ("reconcile_state", "runtime_sync", "watcher_settings_pin")
 _JUDGED = (TargetState.READY, TargetState.FAILED, TargetState.EXCLUDED)
 
 
@@ -191,7 +191,11 @@ def _judge_wave(rollout: Rollout, now: dt.datetime) -> bool:
     targets = list(rollout.targets.filter(wave=wave))
     open_ones = [t for t in targets if t.state in TOUCHING_STATES]
     if open_ones:
-        kymas = Kyma.objects.only(*KYMA_FIELDS).in_bulk([t.kyma_id for t in open_ones])
+        kymas = (
+            Kyma.objects.select_related(*JUDGED_ROWS)
+            .only(*KYMA_FIELDS, *JUDGED_ROWS)
+            .in_bulk([t.kyma_id for t in open_ones])
+        )
         subject = subject_for(rollout.kind)
         extra = subject.prefetch(rollout, kymas.values())
         changed = []

@@ -7,7 +7,6 @@ digest (or none), so a no-op reconcile reads and writes nothing it need not.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 from typing import Any
@@ -16,9 +15,14 @@ HASH_ANNOTATION = "controlplane.kyma-project.io/content-hash"
 
 
 def document_hash(doc: dict[str, Any]) -> str:
-    """A stable digest of an object as we would send it (our own hash annotation excluded)."""
-    body = copy.deepcopy(doc)
-    body.get("metadata", {}).get("annotations", {}).pop(HASH_ANNOTATION, None)
+    """A stable digest of an object as we would send it (our own hash annotation excluded). Only
+    the path to that annotation is copied (a deep copy of the object took most of the time of a
+    hash: bench/fleet.py's profile)."""
+    body = doc
+    metadata = doc.get("metadata")
+    if isinstance(metadata, dict) and HASH_ANNOTATION in (metadata.get("annotations") or {}):
+        annotations = {k: v for k, v in metadata["annotations"].items() if k != HASH_ANNOTATION}
+        body = {**doc, "metadata": {**metadata, "annotations": annotations}}
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:20]
 
 

@@ -117,7 +117,11 @@ class ResourceKind:
         if not wanted:
             return
         namespace, name = self.identity(doc)
-        stored = self.select(namespace, name).select_for_update().values_list("resource_version", flat=True)
+        stored = (
+            self.select(namespace, name)
+            .select_for_update(no_key=True)
+            .values_list("resource_version", flat=True)
+        )
         current = next(iter(stored), None)
         if current is not None and str(current) != wanted:
             key = f"{namespace}/{name}" if self.namespaced else name

@@ -15,7 +15,7 @@ from fleet.rollouts.engine import rollouts_advance
 from fleet.services import modules as module_services
 from tests.browser.test_admin_ui import flash, log_in, until
 from tests.browser.test_kyma_pages import full_shot, no_horizontal_scroll, text_of
-from tests.factories import KymaFactory, ModuleFactory
+from tests.factories import KymaFactory, ModuleFactory, beside
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -42,7 +42,7 @@ def judge(rollout: Rollout, wave: int, state: str, reason: str = "", count: int 
     """What the wave's reconciles would have shown (the engine judges from the database)."""
     targets = RolloutTarget.objects.filter(rollout=rollout, wave=wave, state=TargetState.PROGRESSING)
     for target in targets[: count if count is not None else None]:
-        Kyma.objects.filter(pk=target.kyma_id).update(last_reconcile_at=timezone.now())
+        beside(target.kyma_id, last_reconcile_at=timezone.now())
         target.state, target.reason, target.judged_at = state, reason, timezone.now()
         target.save()
 
@@ -124,8 +124,8 @@ def test_a_wave_waiting_for_maintenance_windows_and_the_kyma_page_of_a_held_runt
         "waiting for the next maintenance window to update keda from 1.0.0 to 1.1.0 (it requires downtime)"
     )
     for target in RolloutTarget.objects.filter(rollout=rollout, wave=2, state=TargetState.PROGRESSING):
+        beside(target.kyma_id, last_reconcile_at=timezone.now())
         Kyma.objects.filter(pk=target.kyma_id).update(  # what the reconcile of a held runtime leaves
-            last_reconcile_at=timezone.now(),
             module_status=[
                 {
                     "name": "keda",

@@ -23,7 +23,7 @@ from fleet import queue, tasks
 from kernel.adminpassword import admin_password_path, admin_password_reminder
 from kernel.logfmt import JsonFormatter
 from reconciler.run import kyma_reconcile_run
-from tests.factories import KymaFactory
+from tests.factories import KymaFactory, beside
 
 # A process configured by the project's settings, logging what the worker and beat would log.
 EMIT = textwrap.dedent(
@@ -117,7 +117,7 @@ def test_given_nothing_due_when_beat_sweeps_then_debug_only_and_info_when_it_que
         tasks.reconcile_due()
     assert [r.levelno for r in caplog.records if r.name == "fleet.tasks"] == [logging.DEBUG]
     caplog.clear()
-    type(kyma).objects.filter(pk=kyma.pk).update(next_reconcile_at=timezone.now())
+    beside(kyma.pk, next_reconcile_at=timezone.now())
     with caplog.at_level(logging.DEBUG, logger="fleet.tasks"):
         tasks.reconcile_due()
     infos = [r.getMessage() for r in caplog.records if r.name == "fleet.tasks" and r.levelno == logging.INFO]

@@ -11,7 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from fleet import queue
-from fleet.models import Kyma, ReconcileRecord
+from fleet.models import Kyma, ReconcileRecord, ReconcileState
 from fleet.queue import LeaseBusy, NoBusySlot, StoredChange, TooSoon
 from fleet.queue import requests as queue_requests
 from fleet.queue.marks import FULL, RedisFlags, flags
@@ -20,7 +20,7 @@ from fleet.tasks import reconcile_due
 from kernel.errors import QueueUnavailable
 from reconciler.run import BUSY_RETRY, BUSY_RETRY_MAX, BUSY_SLOTS, busy_wait, kyma_reconcile_run
 from reconciler.tasks import kyma_reconcile
-from tests.factories import KymaFactory, SyncResourceFactory
+from tests.factories import KymaFactory, SyncResourceFactory, beside
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -78,10 +78,13 @@ def test_given_a_reconcile_that_died_holding_its_lease_when_beat_sweeps_then_its
     unreleased. Beat's sweep takes it back and queues the Kyma again; a live lease is left alone."""
     dead, busy = KymaFactory(), KymaFactory()
     later = timezone.now() + dt.timedelta(minutes=5)
-    Kyma.objects.filter(pk__in=[dead.pk, busy.pk]).update(next_reconcile_at=later)
-    Kyma.objects.filter(pk=dead.pk).update(
-        lease_owner="host:999:1", lease_until=timezone.now() - dt.timedelta(seconds=1)
+    beside(
+        dead.pk,
+        next_reconcile_at=later,
+        lease_owner="host:999:1",
+        lease_until=timezone.now() - dt.timedelta(seconds=1),
     )
+    beside(busy.pk, next_reconcile_at=later)
     assert queue.lease_acquire(busy.pk, owner="host:123:1")
     task_queue()
     assert reconcile_due() == 1
@@ -138,7 +141,7 @@ def test_given_held_lease_when_another_worker_tries_then_it_is_refused_until_rel
     assert queue.lease_extend(kyma.pk, owner="a") and not queue.lease_extend(kyma.pk, owner="b")
     queue.lease_release(kyma.pk, owner="a")
     assert queue.lease_acquire(kyma.pk, owner="b")
-    Kyma.objects.filter(pk=kyma.pk).update(lease_until=timezone.now() - dt.timedelta(seconds=1))
+    beside(kyma.pk, lease_until=timezone.now() - dt.timedelta(seconds=1))
     assert queue.lease_acquire(kyma.pk, owner="c")
 
 
@@ -158,7 +161,7 @@ def reconciled(kyma: Kyma, *seconds_ago: float) -> None:
     for ago in seconds_ago:
         started = now - dt.timedelta(seconds=ago)
         ReconcileRecord.objects.create(kyma_id=kyma.pk, started_at=started, duration_ms=1, state="Ready")
-    Kyma.objects.filter(pk=kyma.pk).update(last_reconcile_at=now - dt.timedelta(seconds=seconds_ago[0]))
+    beside(kyma.pk, last_reconcile_at=now - dt.timedelta(seconds=seconds_ago[0]))
 
 
 def test_given_a_kyma_that_keeps_changing_when_task_runs_then_it_is_deferred_and_coalesces(task_queue):
@@ -170,7 +173,7 @@ def test_given_a_kyma_that_keeps_changing_when_task_runs_then_it_is_deferred_and
     assert queue.queued([kyma.pk]) == {kyma.pk}
     task_queue()
     assert queue.request([kyma.pk], reason="coalesces into the retry") == []
-    assert not Kyma.objects.exclude(lease_owner="").exists()  # deferred before taking the lease
+    assert not ReconcileState.objects.exclude(lease_owner="").exists()  # deferred before taking the lease
 
 
 def test_given_a_first_change_after_a_quiet_period_then_the_spacing_does_not_hold_it_back():

@@ -94,7 +94,7 @@ def test_a_module_cr_edit_reaches_the_sdk_manager_and_its_manifests_the_runtime(
         )
         assert not Watcher.objects.exists()  # nobody wrote a Watcher for keda (or for anything)
         eventually(  # the runtime watcher runs (its webhook calls before that are ignored)
-            lambda: Kyma.objects.filter(pk=kyma.pk, watcher_last_seen_at__isnull=False).exists(),
+            lambda: Kyma.objects.filter(pk=kyma.pk, watcher_contact__last_seen_at__isnull=False).exists(),
             "the runtime watcher's first heartbeat",
             watching,
         )

@@ -75,7 +75,9 @@ def test_up_runs_the_control_plane_with_simulated_runtimes_whose_changes_flow_in
         eventually(
             lambda: (
                 Kyma.objects.filter(name__startswith="demo-", state="Ready").count() == 3
-                and Kyma.objects.filter(name__startswith="demo-", watcher_last_seen_at__isnull=False).count()
+                and Kyma.objects.filter(
+                    name__startswith="demo-", watcher_contact__last_seen_at__isnull=False
+                ).count()
                 == 3
             ),
             "three demo Kymas Ready with reporting watchers",

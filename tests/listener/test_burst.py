@@ -11,7 +11,7 @@ import time
 import pytest
 from django.db.models import Max, Sum
 
-from fleet.models import Kyma, ReconcileRecord
+from fleet.models import ReconcileRecord, ReconcileState
 from fleet.queue.requests import reconcile_queued
 from listener.models import WatchEventRecord
 from pki import services
@@ -61,7 +61,7 @@ def settled(kyma_ids: list[int], expected_events: int, timeout: float = 60) -> N
         return WatchEventRecord.objects.aggregate(n=Sum("count"))["n"] or 0
 
     def quiet() -> bool:
-        return not reconcile_queued(kyma_ids) and not Kyma.objects.exclude(lease_owner="").exists()
+        return not reconcile_queued(kyma_ids) and not ReconcileState.objects.exclude(lease_owner="").exists()
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -72,7 +72,8 @@ def settled(kyma_ids: list[int], expected_events: int, timeout: float = 60) -> N
         time.sleep(0.1)
     raise TimeoutError(
         f"reconciles did not settle: {events()} events recorded, {len(reconcile_queued(kyma_ids))} queued, "
-        f"{Kyma.objects.exclude(lease_owner='').count()} leased, {ReconcileRecord.objects.count()} reconciles"
+        f"{ReconcileState.objects.exclude(lease_owner='').count()} leased, "
+        f"{ReconcileRecord.objects.count()} reconciles"
     )
 
 

@@ -10,10 +10,9 @@ import urllib.request
 import pytest
 from django.utils import timezone
 
-from fleet.models import Kyma
 from fleet.queue.marks import flags
 from pki import crypto, selectors, services
-from tests.factories import KymaFactory, WatcherFactory
+from tests.factories import KymaFactory, WatcherFactory, beside
 from tests.support.listener import (
     Credentials,
     bare_context,
@@ -172,7 +171,7 @@ class TestAccepted:
     def test_given_a_silent_watcher_when_it_reports_again_then_one_reconcile_is_queued(
         self, listener, kyma, creds, task_queue
     ):
-        Kyma.objects.filter(pk=kyma.pk).update(watcher_last_seen_at=timezone.now() - dt.timedelta(hours=1))
+        beside(kyma.pk, watcher_last_seen_at=timezone.now() - dt.timedelta(hours=1))
         flags().started(kyma.pk)  # whatever was queued while setting up has run
         task_queue()
         for _ in range(2):
@@ -184,7 +183,7 @@ class TestAccepted:
     def test_given_a_watcher_heard_recently_when_it_reports_then_nothing_is_queued(
         self, listener, kyma, creds, task_queue
     ):
-        Kyma.objects.filter(pk=kyma.pk).update(watcher_last_seen_at=timezone.now() - dt.timedelta(seconds=30))
+        beside(kyma.pk, watcher_last_seen_at=timezone.now() - dt.timedelta(seconds=30))
         task_queue()
         status, body = request(listener.port, creds.context(), "/watcher/heartbeat", {"queueDepth": 0})
         assert status == 200, body

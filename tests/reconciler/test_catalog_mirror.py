@@ -16,6 +16,7 @@ from fleet.services import modules as module_services
 from pki import services as pki
 from reconciler.catalog_crds import module_release_meta_crd, module_template_crd
 from reconciler.run import kyma_reconcile_run
+from tests.factories import beside
 from tests.support.crd_schema import assert_fits, crd_schema
 from tests.support.runtimes import connected_kyma, keda_module, klm_watcher
 
@@ -60,7 +61,7 @@ def mirrored(runtimes):
     module_services.module_save(module=keda)
     runtime = runtimes()
     kyma = connected_kyma(runtime)
-    Kyma.objects.filter(pk=kyma.pk).update(watcher_last_seen_at=timezone.now())
+    beside(kyma.pk, watcher_last_seen_at=timezone.now())
     run(kyma)
     ModuleConfig.objects.filter(kyma=kyma).update(status={"state": "Ready"})
     kyma = run(kyma, "module status reported")

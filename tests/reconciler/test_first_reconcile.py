@@ -10,6 +10,7 @@ from fleet.models import Kyma, ModuleConfig, ReconcileRecord
 from pki import services as pki
 from reconciler.run import kyma_reconcile_run
 from runtime_emulator.emulator import RuntimeEmulator
+from tests.factories import beside
 from tests.support.runtimes import connected_kyma, keda_module, klm_watcher
 
 pytestmark = pytest.mark.django_db
@@ -109,7 +110,7 @@ def test_a_runtime_already_holding_the_objects_is_adopted_unchanged(runtime):
     kyma = connected_kyma(runtime)
     kyma_reconcile_run(kyma.pk)
     before = runtime.get_object("apps/v1/deployments", "skr-webhook", "kyma-system")
-    Kyma.objects.filter(pk=kyma.pk).update(runtime_verified={})
+    beside(kyma.pk, runtime_verified={})
 
     kyma_reconcile_run(kyma.pk)
 

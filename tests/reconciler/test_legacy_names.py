@@ -9,6 +9,7 @@ import pytest
 from fleet.models import Kyma
 from pki import services as pki
 from reconciler.run import kyma_reconcile_run
+from tests.factories import beside
 from tests.support.runtimes import connected_kyma, keda_module, klm_watcher
 from watchers.rendering import LEGACY_NETWORK_POLICIES, NETWORK_POLICIES
 
@@ -42,8 +43,8 @@ def test_old_named_policies_are_deleted_once(runtime):
             }
         )
     verified = Kyma.objects.get(pk=kyma.pk).runtime_verified
-    Kyma.objects.filter(pk=kyma.pk).update(
-        runtime_verified={**verified, **{legacy_key(n): ["old", 1] for n in LEGACY_NETWORK_POLICIES}}
+    beside(
+        kyma, runtime_verified={**verified, **{legacy_key(n): ["old", 1] for n in LEGACY_NETWORK_POLICIES}}
     )
 
     kyma_reconcile_run(kyma.pk)

@@ -20,6 +20,7 @@ from fleet.queue import StoredChange
 from fleet.services import modules as module_services
 from pki import services as pki
 from reconciler.run import kyma_reconcile_run
+from tests.factories import beside
 from tests.reconciler.helpers import CONFIGMAP
 from tests.support.runtimes import connected_kyma, keda_module, klm_watcher
 
@@ -40,7 +41,7 @@ def reads_of(runtime, resource_prefix: str) -> int:
 
 def heartbeat(kyma: Kyma, at: dt.datetime | None = None) -> None:
     """What the listener stores when the runtime watcher says it is alive."""
-    Kyma.objects.filter(pk=kyma.pk).update(watcher_last_seen_at=at or timezone.now())
+    beside(kyma.pk, watcher_last_seen_at=at or timezone.now())
 
 
 def run(kyma: Kyma, reason: str, *, full: bool = True) -> Kyma:

@@ -14,6 +14,7 @@ from fleet import selectors
 from fleet.models import Kyma
 from fleet.services import kymas as kyma_services
 from pki import services as pki
+from tests.factories import beside
 from tests.reconciler.helpers import reconcile
 from tests.support.runtimes import connected_kyma, keda_module, klm_watcher
 
@@ -101,7 +102,8 @@ def test_given_due_kymas_when_sweeping_then_labelled_ones_are_passed_by(runtimes
         runtimes(), name="other", labels={"operator.kyma-project.io/skip-reconciliation": "false"}
     )
     unlabelled = connected_kyma(runtimes(), name="plain")
-    Kyma.objects.update(next_reconcile_at=past)
+    for kyma in (paused, other, unlabelled):
+        beside(kyma, next_reconcile_at=past)
     due = [kyma_id for batch in selectors.kyma_ids_due(limit=100) for kyma_id in batch]
     assert other.pk in due and unlabelled.pk in due and paused.pk not in due
 

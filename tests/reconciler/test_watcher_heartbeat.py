@@ -11,7 +11,7 @@ from fleet.models import Kyma
 from fleet.selectors import kyma_ids_watcher_silent
 from pki import services as pki
 from runtime_emulator import PodHealth
-from tests.factories import KymaFactory
+from tests.factories import KymaFactory, beside
 from tests.support.runtimes import connected_kyma, klm_watcher
 
 from .helpers import conditions, reconcile
@@ -67,7 +67,7 @@ def test_given_a_watcher_never_heard_when_its_window_passed_then_warning_and_pol
 
 def test_given_a_watcher_heard_recently_when_reconciled_then_ready_with_the_condition_true(runtimes):
     kyma = ready_kyma(runtimes)
-    Kyma.objects.filter(pk=kyma.pk).update(watcher_last_seen_at=timezone.now() - dt.timedelta(seconds=10))
+    beside(kyma.pk, watcher_last_seen_at=timezone.now() - dt.timedelta(seconds=10))
     reconcile(kyma)
     assert kyma.state == "Ready"
     assert conditions(kyma)["WatcherHeartbeat"] == ("True", "Heartbeat")
@@ -78,7 +78,7 @@ def test_given_a_watcher_that_fell_silent_when_it_reports_again_then_ready_again
     kyma = ready_kyma(runtimes)
     webhook_ready_since(kyma, timezone.now() - dt.timedelta(hours=2))
     last_heard = (timezone.now() - dt.timedelta(minutes=10)).replace(microsecond=0)
-    Kyma.objects.filter(pk=kyma.pk).update(watcher_last_seen_at=last_heard)
+    beside(kyma.pk, watcher_last_seen_at=last_heard)
     reconcile(kyma)
     assert kyma.state == "Warning"
     [condition] = [c for c in kyma.conditions if c["type"] == "WatcherHeartbeat"]
@@ -89,7 +89,7 @@ def test_given_a_watcher_that_fell_silent_when_it_reports_again_then_ready_again
     reconcile(kyma)  # still silent: the same status, nothing written
     assert kyma.conditions == status_before
 
-    Kyma.objects.filter(pk=kyma.pk).update(watcher_last_seen_at=timezone.now())
+    beside(kyma.pk, watcher_last_seen_at=timezone.now())
     reconcile(kyma)
     assert kyma.state == "Ready"
     assert conditions(kyma)["WatcherHeartbeat"] == ("True", "Heartbeat")

@@ -153,7 +153,7 @@ def test_given_runtime_watcher_settings_by_hand_then_they_are_recorded_and_rolle
     assert rollout.kind == "RuntimeWatcher" and rollout.runtimes == 5
     new = RuntimeWatcherSettings.objects.get(digest=rollout.to_value["value"])
     assert new.settings["image"] == "example.com/watcher:0.2.0"
-    released = Kyma.objects.filter(watcher_settings=new.digest).count()
+    released = Kyma.objects.filter(watcher_settings_pin__digest=new.digest).count()
     assert released == 2
 
 

@@ -1,0 +1,109 @@
+"""Beat's periodic reconciles in batches (``controlplane.kyma_reconcile_batch``): each Kyma of a
+batch is reconciled as a task of its own would be (drift found and corrected, its own lease and
+record), with the reads the batch's Kymas share made once."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from fleet import queue
+from fleet.models import ModuleConfig, ReconcileRecord
+from fleet.queue.marks import DatabaseFlags
+from fleet.queue.marks.base import to_stamp
+from fleet.services import modules as module_services
+from pki import services as pki
+from reconciler.run import kyma_reconcile_batch_run, kyma_reconcile_run
+from tests.factories import beside
+from tests.support.runtimes import connected_kyma, keda_module, klm_watcher
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def catalog():
+    pki.ca_bootstrap()
+    klm_watcher()
+    return keda_module()
+
+
+def steady(runtimes, count: int) -> tuple[list, list[int]]:
+    """``count`` runtimes reconciled until Ready, their watchers heard (periodic no-ops trust them)."""
+    pairs = [(runtime := runtimes(), connected_kyma(runtime, name=f"batch-{n}")) for n in range(count)]
+    for _, kyma in pairs:
+        kyma_reconcile_run(kyma.pk)
+        module_services.moduleconfig_set_status(
+            config=ModuleConfig.objects.get(kyma=kyma), status={"state": "Ready"}
+        )
+        kyma_reconcile_run(kyma.pk)
+        beside(kyma, watcher_last_seen_at=timezone.now())
+    return [runtime for runtime, _ in pairs], [kyma.pk for _, kyma in pairs]
+
+
+def periodic_marks(kyma_ids: list[int]) -> None:
+    """The marks beat's sweep leaves when it queues them."""
+    now = timezone.now()
+    queue.flags().claim(kyma_ids, now, now, full=False)
+
+
+def test_given_a_batch_of_steady_runtimes_then_each_is_reconciled_with_few_statements(runtimes):
+    _, ids = steady(runtimes, 4)
+    periodic_marks(ids)
+    kyma_reconcile_batch_run(ids, reason=queue.PERIODIC_REASON)  # (the first notes what it saw)
+    periodic_marks(ids)
+    since = ReconcileRecord.objects.order_by("-pk").values_list("pk", flat=True).first()
+    with CaptureQueriesContext(connection) as captured:
+        retries, rest = kyma_reconcile_batch_run(ids, reason=queue.PERIODIC_REASON)
+    assert retries == [] and rest == []
+    records = ReconcileRecord.objects.filter(pk__gt=since)
+    assert sorted(records.values_list("kyma_id", flat=True)) == sorted(ids)
+    assert all(record.runtime_writes == 0 and record.state == "Ready" for record in records)
+    # per Kyma: its lease, its read (with the rows beside it), its schedule write; once for the
+    # batch: the shared reads and the records
+    per_kyma = [q["sql"] for q in captured.captured_queries if "controlplane_reconcilestate" in q["sql"]]
+    assert len(per_kyma) == 3 * len(ids), per_kyma
+    marks = 1 if isinstance(queue.flags(), DatabaseFlags) else 0  # (without Redis: its mark's row)
+    assert len(captured) <= (3 + marks) * len(ids) + 8, [q["sql"][:80] for q in captured.captured_queries]
+
+
+def test_given_drift_in_one_runtime_of_a_batch_then_it_is_corrected_and_recorded(runtimes):
+    runtimes_, ids = steady(runtimes, 3)
+    runtimes_[1].patch_as_user("Deployment", "skr-webhook", {"spec": {"replicas": 0}}, "kyma-system")
+    periodic_marks(ids)
+    since = ReconcileRecord.objects.order_by("-pk").values_list("pk", flat=True).first()
+    kyma_reconcile_batch_run(ids, reason=queue.PERIODIC_REASON)
+    drifted = ReconcileRecord.objects.filter(pk__gt=since, kyma_id=ids[1]).get()
+    assert [entry["kind"] for entry in drifted.drift_corrected] == ["Deployment"]
+    assert runtimes_[1].get_object("Deployment", "skr-webhook", "kyma-system")["spec"]["replicas"] == 1
+    assert ReconcileRecord.objects.filter(pk__gt=since).count() == 3
+
+
+def test_given_a_kyma_of_a_batch_held_by_another_worker_then_it_retries_alone_and_the_rest_run(runtimes):
+    _, ids = steady(runtimes, 3)
+    periodic_marks(ids)
+    assert queue.lease_acquire(ids[0], owner="other:1:1")
+    since = ReconcileRecord.objects.order_by("-pk").values_list("pk", flat=True).first()
+    retries, rest = kyma_reconcile_batch_run(ids, reason=queue.PERIODIC_REASON)
+    assert [kyma_id for kyma_id, _ in retries] == [ids[0]] and rest == []
+    assert isinstance(retries[0][1], queue.LeaseBusy)
+    assert queue.queued([ids[0]]) == {ids[0]}  # its mark held for the retry
+    assert sorted(ReconcileRecord.objects.filter(pk__gt=since).values_list("kyma_id", flat=True)) == ids[1:]
+
+
+def test_given_a_batch_running_long_then_its_kymas_still_to_come_are_not_taken_for_lost(runtimes):
+    """Beat's sweep marked them a while ago; the batch moves their marks along (not its own
+    Kymas' marks that moved on: a request's task took one meanwhile)."""
+    kymas = [connected_kyma(runtimes(), name=f"waiting-{n}") for n in range(3)]
+    ids = [kyma.pk for kyma in kymas]
+    past = timezone.now() - dt.timedelta(seconds=60)
+    queue.flags().claim(ids, past, past, full=False)
+    queue.start(ids[2])  # a request's task started it meanwhile
+    queue.flags().claim([ids[2]], timezone.now(), timezone.now(), full=False)
+    moved = queue.marks_refresh(ids, to_stamp(past))
+    assert queue.flags().overdue(timezone.now() - dt.timedelta(seconds=5), limit=10) == []
+    assert float(moved) > past.timestamp() + 30
+    assert all(queue.start(kyma_id).found for kyma_id in ids)  # every mark is still there
