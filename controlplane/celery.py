@@ -20,6 +20,7 @@ from django.db import close_old_connections, connections
 from kombu.transport import TRANSPORT_ALIASES
 
 from controlplane import probes  # noqa: F401 - the worker's side port starts on worker_init
+from kernel.configuration import settings_loaded
 
 # filesystem:// (the quickstart's broker) uses kombu's transport with atomic message files; Redis
 # one that gives back what a worker held when the broker went away (controlplane/broker.py).
@@ -27,6 +28,7 @@ TRANSPORT_ALIASES["filesystem"] = "controlplane.broker:Transport"
 TRANSPORT_ALIASES["redis"] = TRANSPORT_ALIASES["rediss"] = "controlplane.broker:RedisTransport"
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
+settings_loaded()  # `celery -A controlplane worker|beat`: a bad production setting in one line
 
 app = Celery("controlplane")
 app.config_from_object("django.conf:settings", namespace="CELERY")
