@@ -15,8 +15,9 @@ import threading
 from typing import Any
 
 from celery import Celery
-from celery.signals import task_prerun, worker_shutdown
-from django.db import close_old_connections, connections
+from celery.signals import task_postrun, task_prerun, worker_shutdown
+from django.conf import settings
+from django.db import close_old_connections, connection, connections
 from kombu.transport import TRANSPORT_ALIASES
 
 from controlplane import probes  # noqa: F401 - the worker's side port starts on worker_init
@@ -44,6 +45,14 @@ def database_connection_checked(**_: Any) -> None:
     close_old_connections()
     with _thread_connections_lock:
         _thread_connections.update(connections.all())
+
+
+@task_postrun.connect
+def database_connection_given_back(**_: Any) -> None:
+    """After a task, with a pool (``DATABASE_POOL_MAX_SIZE``): the thread's connection goes back,
+    so an idle thread holds none and the pool bounds the process's connections."""
+    if settings.DATABASE_POOLED:
+        connection.close()
 
 
 @worker_shutdown.connect

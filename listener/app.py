@@ -27,7 +27,7 @@ from http import HTTPStatus
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, close_old_connections
+from django.db import DatabaseError, close_old_connections, connection
 
 from kernel.dberrors import database_unavailable
 from kernel.errors import ApplicationError, error_body
@@ -188,6 +188,14 @@ def _tidy_connections() -> None:
         close_old_connections()
 
 
+def _give_back_connection() -> None:
+    """With a pool (``DATABASE_POOL_MAX_SIZE``) the thread's connection goes back after each
+    request, so the process's threads share the pool's few connections (no reconnect: the pool
+    keeps them open)."""
+    if settings.DATABASE_POOLED:
+        connection.close()
+
+
 def application(environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
     started = time.perf_counter()
     metrics.TALLY.begin()
@@ -202,4 +210,5 @@ def application(environ: dict[str, Any], start_response: StartResponse) -> list[
         )
     finally:
         metrics.TALLY.end(label, status, time.perf_counter() - started)
+        _give_back_connection()
     return [payload]
