@@ -61,9 +61,9 @@ def database_connections_closed(**_: Any) -> None:
     with _thread_connections_lock:
         found = list(_thread_connections)
         _thread_connections.clear()
-    for connection in found:
-        connection.inc_thread_sharing()
+    for held in found:
+        held.inc_thread_sharing()
         try:
-            connection.close()
+            held.close()
         finally:
-            connection.dec_thread_sharing()
+            held.dec_thread_sharing()

@@ -168,9 +168,9 @@ DATABASES = {
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 #: PostgreSQL connections this process may hold at most, in Django's psycopg pool: a thread borrows one for a
-#: request or a task and gives it back afterwards (the listener after each event), so threads share them. `0`:
-#: no pool, each thread keeps a connection of its own for `DATABASE_CONN_MAX_AGE` seconds. See the sizing table
-#: in the database page; ignored on SQLite.
+#: request or a task and gives it back afterwards (the listener after each event), so threads share them.
+#: `0`: no pool, each thread keeps a connection of its own for `DATABASE_CONN_MAX_AGE` seconds. See the
+#: sizing table in the database page; ignored on SQLite.
 DATABASE_POOL_MAX_SIZE: int = env.int("DATABASE_POOL_MAX_SIZE", default=0)
 #: Seconds a thread waits for a pooled connection; then its request or task fails as "database unavailable"
 #: (the listener answers 503 and the watcher retries; a task is retried).

@@ -16,7 +16,6 @@ from kernel.documents.yamlio import dump_yaml
 from pki import crypto, gateway, services
 from pki import metrics as pki_metrics
 from pki.models import GatewaySecretState
-from tests.support.runtimes import emulator_host, runtimes  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.django_db
 
