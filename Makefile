@@ -11,7 +11,7 @@ CHROMIUM ?= /usr/bin/chromium
 CHROMEDRIVER ?= /usr/bin/chromedriver
 
 .PHONY: run test lint pytest fuzz browser-deps kube kube-deps services bench clean docs docs-serve
-.PHONY: interop interop-deps
+.PHONY: interop interop-deps images
 
 $(INSTALLED): requirements.txt requirements-dev.txt
 	@test -x "$(BIN)/python" || $(PYTHON) -m venv $(VENV)
@@ -112,6 +112,27 @@ browser-deps:
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver >/dev/null \
 			|| echo "Installing Chromium failed: the browser tests will not run."; \
 	fi
+
+## images: build the control plane's and the runtime watcher's images with Docker or Podman
+##      (IMAGE_REGISTRY, IMAGE_TAG; push them yourself: docs/operators/images.md); where neither
+##      can build (no engine), say so and do nothing
+IMAGE_REGISTRY ?= ghcr.io/kyma-fleet
+IMAGE_TAG ?= 0.1.0
+images:
+	@engine=""; \
+	for candidate in docker podman; do \
+		if command -v $$candidate >/dev/null && $$candidate info >/dev/null 2>&1; then engine=$$candidate; break; fi; \
+	done; \
+	if [ -z "$$engine" ]; then \
+		echo "*** make images: no container engine to build with (docker or podman, with its daemon or service running); nothing built ***"; \
+		exit 0; \
+	fi; \
+	set -e; \
+	echo "$$engine build -f deploy/controlplane/Dockerfile -t $(IMAGE_REGISTRY)/controlplane:$(IMAGE_TAG) ."; \
+	$$engine build -f deploy/controlplane/Dockerfile -t $(IMAGE_REGISTRY)/controlplane:$(IMAGE_TAG) .; \
+	echo "$$engine build -f deploy/runtime-watcher/Dockerfile --build-arg WATCHER_VERSION=$(IMAGE_TAG) -t $(IMAGE_REGISTRY)/runtime-watcher:$(IMAGE_TAG) ."; \
+	$$engine build -f deploy/runtime-watcher/Dockerfile --build-arg WATCHER_VERSION=$(IMAGE_TAG) -t $(IMAGE_REGISTRY)/runtime-watcher:$(IMAGE_TAG) .; \
+	echo "built $(IMAGE_REGISTRY)/controlplane:$(IMAGE_TAG) and $(IMAGE_REGISTRY)/runtime-watcher:$(IMAGE_TAG) with $$engine"
 
 ## services: PostgreSQL on 127.0.0.1:5432 and Redis on :6379 (installed from Debian when missing),
 ##      for `make test` against them: DATABASE_URL=postgres://postgres@127.0.0.1:5432/test
