@@ -3,9 +3,10 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
-# loadgroup: the kube tier's tests (and the whole-stack tests of manage.py up) share one worker; others spread.
+# loadgroup: the kube tier's tests, the install tier's (one installed control plane) and the whole-stack tests of
+# manage.py up each share one worker; others spread.
 PYTEST_ARGS ?= -n 2 --dist loadgroup
-# REQUIRE_ALL_TIERS=1 (.ci/run sets it): where a tier (browser, kube, gobuild) cannot run, fail instead of leaving it out.
+# REQUIRE_ALL_TIERS=1 (.ci/run sets it): where a tier (browser, kube, install, gobuild) cannot run, fail instead of leaving it out.
 # Browser tests drive Debian's Chromium; `make test` installs it when missing (needs root and apt).
 CHROMIUM ?= /usr/bin/chromium
 CHROMEDRIVER ?= /usr/bin/chromedriver
@@ -53,6 +54,11 @@ pytest: $(INSTALLED) browser-deps kube-deps interop-deps
 	if ! envtest/build/build.sh --check >/dev/null 2>&1 || [ "$$(id -u)" != 0 ]; then \
 		echo "*** kube tier NOT run: it needs the Kubernetes binaries (make kube, with Go) and root (pod addresses) ***"; \
 		skip="$${skip:+$$skip and }not kube"; \
+	fi; \
+	if ! envtest/build/build.sh --check >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] \
+		|| ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null || [ "$$(redis-cli -h 127.0.0.1 -p 6379 ping 2>/dev/null)" != PONG ]; then \
+		echo "*** install tier NOT run: it needs the Kubernetes binaries (make kube), root (pod networks), and PostgreSQL and Redis on 127.0.0.1 (make services) ***"; \
+		skip="$${skip:+$$skip and }not install"; \
 	fi; \
 	if ! $(INTEROP_BUILD) --check >/dev/null 2>&1; then \
 		echo "*** gobuild tests NOT run: they need upstream's listener built from Go source (make interop, with Go) ***"; \

@@ -310,12 +310,9 @@ class PodWorker:
             container.waiting, container.message = "CreateContainerConfigError", str(exc)
             container.restart_at = time.monotonic() + 1
             return
-        argv = [
-            *(container.spec.get("command") or image.entrypoint),
-            *(container.spec.get("args") or image.cmd),
-        ]
-        if not container.spec.get("command") and container.spec.get("args"):
-            argv = [*image.entrypoint, *container.spec["args"]]
+        command, args = container.spec.get("command"), container.spec.get("args")
+        # With a command the image's ENTRYPOINT and CMD are both ignored.
+        argv = [*command, *(args or ())] if command else [*image.entrypoint, *(args or image.cmd)]
         argv = [_expand(word, env) for word in argv]
         spec = {
             "root": str(self.state.workdir / "rootfs" / container.name),

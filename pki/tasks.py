@@ -5,7 +5,10 @@ from __future__ import annotations
 import logging
 
 from celery import Task, shared_task
+from celery import current_app as celery_app
+from celery.signals import worker_ready
 from django.conf import settings
+from kombu.exceptions import OperationalError as KombuOperationalError
 
 from fleet import queue
 from fleet.k8s.client import Temporary
@@ -55,3 +58,15 @@ def gateway_secret_sync(self: Task) -> None:
             "the gateway's Secret could not be written (%s); again in %ss", exc, settings.GATEWAY_SECRET_RETRY
         )
         raise self.retry(countdown=settings.GATEWAY_SECRET_RETRY) from exc
+
+
+@worker_ready.connect
+def gateway_secret_sync_at_start(**_: object) -> None:
+    """A worker that starts makes sure the gateway's Secret is current, as upstream's controller
+    reconciles it when it starts: a new installation gets it within seconds, not after the
+    first ``GATEWAY_SECRET_INTERVAL``."""
+    if settings.GATEWAY_SECRET_SYNC:
+        try:
+            celery_app.send_task(GATEWAY_TASK, retry=True)
+        except (KombuOperationalError, OSError) as exc:
+            log.warning("gateway Secret sync not queued at start (the periodic one will do it): %s", exc)

@@ -1,0 +1,58 @@
+"""The install tier: deploy/ installed on a real kube-apiserver as docs/operators say, once per test
+session (``installed``), and used by every test here in order, on one pytest-xdist worker.
+
+Sharing is honest where a test leaves the installation as an operator would find it after that
+action: the tests run in the order of an operator's day (install, register runtimes, events,
+disruptions, a rolling update, a switch to the direct-mode listener), each asserting on what it did
+through the installed control plane; ``-p no:randomly`` keeps that order.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from envtest.install import Installation, Release, WebSession
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if HERE in item.path.parents:
+            item.add_marker(pytest.mark.install)
+            item.add_marker(pytest.mark.xdist_group("install"))
+
+
+def redis_database() -> int:
+    """The installation's own Redis database: the one after those the suite's workers use
+    (``CELERY_BROKER_URL``'s N and N+1), 15 without one."""
+    url = os.environ.get("CELERY_BROKER_URL", "")
+    if url.startswith("redis://") and url.rsplit("/", 1)[-1].isdigit():
+        return (int(url.rsplit("/", 1)[-1]) + 2) % 16
+    return 15
+
+
+@pytest.fixture(scope="session")
+def installed() -> Iterator[Installation]:
+    workdir = Path(tempfile.mkdtemp(prefix="install-"))
+    with Installation(workdir, Release(ROOT, "0.1.0"), redis_db=redis_database()) as installation:
+        yield installation
+
+
+@pytest.fixture(scope="session")
+def web(installed: Installation) -> WebSession:
+    """The administrator, logged in with the password of the Secret ``controlplane-admin``."""
+    return installed.session()
+
+
+@pytest.fixture(scope="session")
+def registered(installed: Installation, web: WebSession) -> Installation:
+    installed.register_runtimes(web)
+    return installed
