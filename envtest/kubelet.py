@@ -246,14 +246,13 @@ class PodWorker:
                 self._supervise(container, now)
                 return  # init containers one at a time, in order
             self._supervise(container, now)
-        if self.restart_policy != "Always":
-            mains = [c for c in self.state.containers if not c.init]
-            if all(c.finished for c in mains):
-                self.state.phase = "Succeeded" if all(c.exit_code == 0 for c in mains) else "Failed"
-        else:
-            self.state.phase = (
-                "Running" if all(c.finished for c in self.state.containers if c.init) else "Pending"
-            )
+        mains = [c for c in self.state.containers if not c.init]
+        if self.restart_policy != "Always" and all(c.finished for c in mains):
+            self.state.phase = "Succeeded" if all(c.exit_code == 0 for c in mains) else "Failed"
+        elif self.state.phase not in ("Succeeded", "Failed"):
+            initialized = all(c.finished for c in self.state.containers if c.init)
+            started = any(c.child or c.restarts for c in mains)
+            self.state.phase = "Running" if initialized and started else "Pending"
 
     def _supervise(self, container: Container, now: float) -> None:
         if container.finished:

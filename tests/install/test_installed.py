@@ -79,7 +79,7 @@ def test_the_workers_keep_the_gateway_secret_with_the_listener_certificate(insta
     crypto.verify_server(
         certificate, [ca], hostname="listener.kcp.example.org", now=certificate.not_valid_before_utc
     )
-    metrics = web.http.get(web.url("/metrics"), timeout=30).text
+    metrics = web.text("/metrics")
     name = "controlplane_gateway_certificate_expiry_timestamp_seconds"
     name += '{secret="istio-system/kcp-listener-gateway-tls"}'
     (line,) = [line for line in metrics.splitlines() if line.startswith(name)]
@@ -197,7 +197,7 @@ def test_an_eviction_the_disruption_budget_refuses(registered):
 
 def test_the_beat_leaders_pod_deleted_another_takes_over(registered, web):
     def leader() -> str:
-        text = web.http.get(web.url("/metrics"), timeout=30).text
+        text = web.text("/metrics")
         for line in text.splitlines():
             if line.startswith("controlplane_beat_leader_since_timestamp_seconds{"):
                 return line.split('holder="', 1)[1].split('"', 1)[0]
