@@ -564,8 +564,8 @@ class WebSession:
         answer = self.request(
             "POST",
             "/api/v1/apply/",
-            data=json.dumps({"apiVersion": "v1", "kind": "List", "items": documents}),
-            headers={**self._headers(), "Content-Type": "application/json"},
+            data=yaml.safe_dump_all(documents),
+            headers={**self._headers(), "Content-Type": "application/yaml"},
         )
         if answer.status_code >= 300:
             raise AssertionError(f"apply failed: {answer.status_code} {answer.text[:1000]}")

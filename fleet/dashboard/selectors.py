@@ -19,6 +19,7 @@ from fleet.selectors import watcher_q
 from listener.models import WatchEventRecord
 from pki import selectors as pki_selectors
 from pki.metrics import EXPIRING_WITHIN, OVERDUE_AFTER
+from pki.models import GatewaySecretState
 
 WINDOW_MINUTES = 60
 LATENCY_SAMPLE = 2000
@@ -195,6 +196,7 @@ class FleetOverview:
     failing_groups: list[FailingGroup]
     failing_other: int  # Kymas in Error under reasons beyond the groups shown
     jobs: list[Job] = field(default_factory=list)  # Kymas in Error under reasons beyond the groups shown
+    gateway_secrets: list[GatewaySecretState] = field(default_factory=list)  # kept by the control plane
 
     @property
     def kymas(self) -> int:
@@ -225,6 +227,7 @@ def fleet_overview(now: dt.datetime | None = None) -> FleetOverview:
         certificates_expiring=pki_selectors.certificates_expiring(EXPIRING_WITHIN, now).count(),
         renewals_overdue=pki_selectors.renewals_overdue(OVERDUE_AFTER, now).count(),
         jobs=list(Job.objects.select_related("created_by").defer("log")[:JOBS_SHOWN]),
+        gateway_secrets=list(GatewaySecretState.objects.order_by("namespace", "name")),
         failing_groups=groups,
         failing_other=other,
     )
