@@ -200,6 +200,7 @@ class Installation:
                 )
             )
         self._istio()
+        self.point_listener_host_at(self.load_balancer("istio-system", "istio-ingressgateway"))
         self.install()
 
     def _register(self, release: Release) -> None:

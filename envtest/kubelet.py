@@ -77,11 +77,25 @@ class PodNetwork:
     """Pod network namespaces of one node: addresses ``10.244.<block>.2-254``, each pod behind a
     veth pair whose host side carries the node's address ``10.244.<block>.1``."""
 
+    _taken: set[int] = set()  # blocks of this process's nodes
+    _taking = threading.Lock()
+
     def __init__(self) -> None:
-        self.block = random.randrange(1, 255)
+        self.block = self._free_block()
         self.gateway = f"10.244.{self.block}.1"
         self._free = list(range(2, 255))
         self._lock = threading.Lock()
+
+    @classmethod
+    def _free_block(cls) -> int:
+        """A /24 no node of this process holds and no address or route of this machine is in
+        (another test session's nodes, the kube tier's pod addresses)."""
+        used = _ip("-4", "addr", "show").stdout + _ip("-4", "route", "show").stdout
+        with cls._taking:
+            free = [b for b in range(1, 255) if b not in cls._taken and f"10.244.{b}." not in used]
+            block = random.choice(free)
+            cls._taken.add(block)
+        return block
 
     def create(self, uid: str) -> tuple[str, str]:
         """(network namespace name, pod address) of a new sandbox."""
@@ -344,6 +358,7 @@ class PodWorker:
             {"source": str(image.app), "target": "/app", "readOnly": False},
             {"source": str(image.venv), "target": "/opt/venv", "readOnly": True},
             {"source": str(self.state.workdir / "hosts"), "target": "/etc/hosts", "readOnly": True},
+            {"source": str(self.node.resolv_conf), "target": "/etc/resolv.conf", "readOnly": True},
         ]
         for mount in container.spec.get("volumeMounts") or ():
             mounts.append(

@@ -145,6 +145,11 @@ class Node:
         self.hosts = dict(hosts or {})  # outside names the pods resolve (the world's DNS)
         self.workdir = runtime.workdir / "node"
         self.workdir.mkdir(parents=True, exist_ok=True)
+        # Names are the cluster DNS stand-in's (each pod's /etc/hosts) and nobody else's: a name
+        # it does not know fails at once, as NXDOMAIN would, instead of waiting for this
+        # machine's resolver, which pods cannot reach.
+        self.resolv_conf = self.workdir / "resolv.conf"
+        self.resolv_conf.write_text("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
         self.network = PodNetwork()
         self.api = kubernetes.config.new_client_from_config_dict(runtime.node_kubeconfig())
         self.core = kubernetes.client.CoreV1Api(self.api)
