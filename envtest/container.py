@@ -51,7 +51,7 @@ def _prepare(spec: dict) -> Path:
     # The machine's /run is a mount of its own: the overlay shows the empty directory under it,
     # as a container's /run starts empty.
     for mount in spec["mounts"]:
-        source, target = Path(mount["source"]), root / mount["target"].lstrip("/")
+        source, target = Path(mount["source"]), _inside(root, mount["target"])
         if source.is_dir():
             target.mkdir(parents=True, exist_ok=True)
         else:
@@ -66,6 +66,31 @@ def _prepare(spec: dict) -> Path:
         if mount.get("readOnly"):
             _mount("-o", "remount,bind,ro", str(target))
     return root
+
+
+def _inside(root: Path, path: str) -> Path:
+    """``path`` as the container sees it, resolved inside ``root``: a symbolic link on the way
+    (``/var/run`` -> ``/run``) leads to ``root/run``, never to this machine's ``/run``."""
+    resolved, parts, hops = root, [p for p in path.split("/") if p], 0
+    while parts:
+        part = parts.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            resolved = resolved.parent if resolved != root else root
+            continue
+        candidate = resolved / part
+        if candidate.is_symlink():
+            hops += 1
+            if hops > 40:
+                raise SystemExit(f"envtest.container: too many symbolic links in {path}")
+            link = os.readlink(candidate)
+            parts = [p for p in link.split("/") if p] + parts
+            if link.startswith("/"):
+                resolved = root
+            continue
+        resolved = candidate
+    return resolved
 
 
 def main() -> None:
