@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import datetime as dt
 import fcntl
 import json
 import os
@@ -709,6 +710,80 @@ def watcher_metrics(installed: InstalledRuntime) -> dict[str, float]:
                 if match:
                     totals[match.group(1)] = totals.get(match.group(1), 0.0) + float(match.group(2))
     return totals
+
+
+def watcher_accounting(installed: InstalledRuntime, since: float) -> dict[str, int]:
+    """What every runtime watcher of the runtime (pods that came and went too) logged since
+    ``since`` (epoch seconds): ``admitted``, edits of the runtime's Kyma whose admission queued an
+    event (or merged it into one pending), and ``dropped``, events given up (a full queue, a
+    shutdown before they were sent, the listener refusing them)."""
+    counts = {"admitted": 0, "dropped": 0}
+    for log in installed.runtime.node.workdir.glob("kyma-system-skr-webhook-*/server.log"):
+        for line in log.read_text(errors="replace").splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            stamp = entry.get("ts", "")
+            with contextlib.suppress(ValueError):
+                if dt.datetime.fromisoformat(stamp).timestamp() < since:
+                    continue
+            message = entry.get("msg", "")
+            if message == "admission reviewed" and entry.get("name") == "default":
+                if entry.get("message") == "kcp request succeeded":
+                    counts["admitted"] += 1
+                elif "dropped" in str(entry.get("message")):
+                    counts["dropped"] += 1
+            elif message == "events not delivered before shutdown":
+                counts["dropped"] += int(entry.get("dropped", 0))
+            elif message.startswith("kcp rejected the event"):
+                counts["dropped"] += 1
+    return counts
+
+
+@dataclass(frozen=True)
+class EventsOutcome:
+    """What became of the events of ``sent`` edits: ``lost`` ones never reached the listener
+    (their admission was not reviewed by a watcher, or the watcher gave them up), ``server_errors``
+    are the gateway's 5xx answers meanwhile."""
+
+    sent: int
+    admitted: int
+    dropped: int
+    server_errors: int
+
+    @property
+    def lost(self) -> int:
+        return max(0, self.sent - self.admitted) + self.dropped
+
+    def line(self) -> str:
+        return (
+            f"events sent={self.sent} admitted={self.admitted} lost={self.lost} "
+            f"dropped={self.dropped} 5xx={self.server_errors}"
+        )
+
+
+def events_outcome(
+    installation: Installation, sent: int, since: float, gateway_before: dict[str, int]
+) -> EventsOutcome:
+    """Once every watcher's queue is empty (nothing pending any more), the outcome of ``sent``
+    edits made since ``since``."""
+
+    def drained() -> bool:
+        return all(
+            watcher_metrics(r).get("watcher_send_queue_depth", 1) == 0
+            for r in installation.installed_runtimes
+        )
+
+    wait_for(drained, timeout=300, what="every runtime watcher's queue empty")
+    admitted = dropped = 0
+    for runtime in installation.installed_runtimes:
+        counts = watcher_accounting(runtime, since)
+        admitted += counts["admitted"]
+        dropped += counts["dropped"]
+    after = gateway_stats(installation)
+    server_errors = sum(v - gateway_before.get(k, 0) for k, v in after.items() if k.startswith("status_5"))
+    return EventsOutcome(sent, admitted, dropped, server_errors)
 
 
 def gateway_stats(installation: Installation) -> dict[str, int]:

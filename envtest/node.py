@@ -56,7 +56,7 @@ from kubernetes.client.rest import ApiException
 
 from envtest.cluster import RealRuntime
 from envtest.images import Image, Images, dev_image
-from envtest.kubelet import PodNetwork, PodWorker
+from envtest.kubelet import PodNetwork, PodWorker, _helper_env
 from envtest.processes import Child
 
 log = logging.getLogger(__name__)
@@ -339,7 +339,7 @@ class Node:
             f"kube-proxy {self.runtime.name}",
             [self.python, "-m", "envtest.proxy", str(path)],
             log=self.workdir / "proxy.log",
-            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONPATH": str(ROOT)},
+            env={**_helper_env(), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
             cwd=ROOT,
         )
         child.wait_until(ready.exists, timeout=60, what="kube-proxy ready")

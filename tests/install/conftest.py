@@ -1,5 +1,6 @@
 """The install tier: deploy/ installed on a real kube-apiserver as docs/operators say, once per test
-session (``installed``), and used by every test here in order, on one pytest-xdist worker.
+module (``installed``, gone before the next module installs again), and used by every test of the
+module in order, on one pytest-xdist worker.
 
 Sharing is honest where a test leaves the installation as an operator would find it after that
 action: the tests run in the order of an operator's day (install, register runtimes, events,
@@ -39,20 +40,20 @@ def redis_database() -> int:
     return 15
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def installed() -> Iterator[Installation]:
     workdir = Path(tempfile.mkdtemp(prefix="install-"))
     with Installation(workdir, Release(ROOT, "0.1.0"), redis_db=redis_database()) as installation:
         yield installation
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def web(installed: Installation) -> WebSession:
     """The administrator, logged in with the password of the Secret ``controlplane-admin``."""
     return installed.session()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def registered(installed: Installation, web: WebSession) -> Installation:
     installed.register_runtimes(web)
     return installed
