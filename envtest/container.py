@@ -14,6 +14,7 @@ machine:
 - **the volumes**: each of the pod's volume directories (Secret, ConfigMap, emptyDir and projected
   files, written by the node) bound at its ``mountPath``, read-only where the pod says so;
 - ``/etc/hosts``: the pod's, with the cluster's Services (the node's DNS stand-in);
+- **the host name**: the pod's name, in a UTS namespace of the pod's container (``unshare --uts``);
 
 then ``chroot`` into that root, ``chdir`` to the working directory and ``exec`` the container's
 command with exactly the environment the kubelet computed. The spec is JSON:
@@ -25,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -95,6 +97,8 @@ def _inside(root: Path, path: str) -> Path:
 
 def main() -> None:
     spec = json.loads(Path(sys.argv[1]).read_text())
+    if spec.get("hostname"):
+        socket.sethostname(spec["hostname"])  # the pod's own UTS namespace (unshare --uts)
     root = _prepare(spec)
     os.chroot(root)
     os.chdir(spec.get("workdir") or "/")

@@ -341,13 +341,14 @@ class PodWorker:
             "workdir": container.spec.get("workingDir") or image.workdir,
             "argv": argv,
             "env": env,
+            "hostname": self.state.name[:63],
         }
         spec_file = self.state.workdir / f"{container.name}.json"
         spec_file.write_text(json.dumps(spec))
         container.child = Child(
             f"{self.state.namespace}/{self.state.name}/{container.name}",
-            ["ip", "netns", "exec", self.state.netns, "unshare", "--mount", "--propagation", "private",
-             sys.executable, "-m", "envtest.container", str(spec_file)],
+            ["ip", "netns", "exec", self.state.netns, "unshare", "--mount", "--uts",
+             "--propagation", "private", sys.executable, "-m", "envtest.container", str(spec_file)],
             log=self.state.workdir / f"{container.name}.log",
             env=_helper_env(),
             cwd=ROOT,
