@@ -167,8 +167,11 @@ def test_a_kubectl_edit_reaches_the_listener_through_the_gateway_and_an_installe
         timeout=60,
         what="the control plane's copy following the runtime's edit",
     )
-    events = web.get("/api/v1/events/", kyma=runtime.kyma)
-    assert any(e.get("watched", {}).get("name") == "default" for e in events.get("results", events))
+    def recorded() -> bool:  # the listener records its events in the background, in batches
+        events = web.get("/api/v1/events/", kyma=runtime.kyma)["results"]
+        return any(e["watched"] == {"namespace": "kyma-system", "name": "default"} for e in events)
+
+    wait_for(recorded, timeout=30, what="the installed listener's record of the event")
     assert gateway_stats(registered).get("status_200", 0) > before  # through the gateway
     assert any(
         runtime.kyma in (worker.state.workdir / "worker.log").read_text(errors="replace")
