@@ -263,6 +263,7 @@ def test_a_rolling_update_of_every_deployment_to_a_new_build_while_events_flow(r
         thread.start()
     try:
         time.sleep(5)  # events flowing before the update starts
+        registered.migrate(site)  # the documented upgrade: the Job of the new build, then the roles
         registered.roll_out(site)
         time.sleep(5)
     finally:
