@@ -16,8 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
-from envtest.install import Installation, Release, WebSession
+from envtest.install import Installation, Release, WebSession, release_tree, wait_for
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -40,10 +41,17 @@ def redis_database() -> int:
     return 15
 
 
+PREVIOUS = yaml.safe_load((ROOT / "deploy" / "previous-release.yaml").read_text())["commit"]
+
+
 @pytest.fixture(scope="module")
 def installed() -> Iterator[Installation]:
+    """The previous release (deploy/previous-release.yaml), installed by the documented steps with
+    its own manifests and images: what the tests upgrade, then use (a fresh install of this tree is
+    bench/lifecycle.py's, whose smoke run is part of the suite)."""
     workdir = Path(tempfile.mkdtemp(prefix="install-"))
-    with Installation(workdir, Release(ROOT, "0.1.0"), redis_db=redis_database()) as installation:
+    release = Release(release_tree(PREVIOUS), "previous")
+    with Installation(workdir, release, redis_db=redis_database(), old_release=True) as installation:
         yield installation
 
 
@@ -55,5 +63,12 @@ def web(installed: Installation) -> WebSession:
 
 @pytest.fixture(scope="module")
 def registered(installed: Installation, web: WebSession) -> Installation:
+    """Three runtimes registered through the API, Ready."""
     installed.register_runtimes(web)
+
+    def ready() -> bool:
+        found = web.get("/api/v1/kymas/")["results"]
+        return len(found) == 3 and all((k.get("status") or {}).get("state") == "Ready" for k in found)
+
+    wait_for(ready, timeout=600, what="the three Kymas Ready")
     return installed

@@ -1,7 +1,15 @@
-"""The control plane as an SRE installs and runs it, on a real kube-apiserver (see conftest.py):
-installed by the documented steps, used only through what it exposes (its web role behind the
-Ingress's headers, its listener behind the Istio gateway's stand-in or a TCP load balancer), and
-disturbed the way a cluster disturbs it (an eviction, a deleted pod, a rolling update)."""
+"""The control plane as an SRE installs, upgrades and runs it, on a real kube-apiserver (see
+conftest.py): the previous release installed by the documented steps, upgraded to this tree while
+its runtimes send events, then used only through what it exposes (its web role behind the
+Ingress's headers, its listener behind the Istio gateway's stand-in or a TCP load balancer) and
+disturbed the way a cluster disturbs it (an eviction, a deleted pod, a rolling update).
+
+The upgrade (docs/operators/upgrades.md): the previous release (deploy/previous-release.yaml, a
+commit of main: its deploy/ and its images) serves three runtimes; this tree's migration Job runs
+while the old pods serve (expand, then contract in a later release: the old code keeps working on
+the new schema until it is gone), then every Deployment rolls to the new images, and no event may
+be lost and the gateway may answer no 5xx meanwhile. The test holds whatever the migrations are:
+it installs whatever the named commit shipped and upgrades to whatever this tree ships."""
 
 from __future__ import annotations
 
@@ -10,13 +18,16 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
 from envtest.install import (
     NAMESPACE,
     ROLES,
+    EventsOutcome,
     Installation,
+    Release,
     WebSession,
     events_outcome,
     gateway_stats,
@@ -25,6 +36,7 @@ from envtest.install import (
     watcher_metrics,
 )
 from pki import crypto
+from tests.install.conftest import PREVIOUS, ROOT
 
 # docs/operators/database.md's table, for the example overlay (tests/deploy adds it up again).
 CONNECTIONS = 63
@@ -40,10 +52,82 @@ def kymas(web: WebSession) -> dict[str, dict]:
     return {k["metadata"]["name"]: k for k in web.get("/api/v1/kymas/")["results"]}
 
 
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "install"
+
+
+def record(name: str, line: str) -> None:
+    """The figures of a run, for its note (the test's own output is the worker's)."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / f"{name}.txt").write_text(line + "\n")
+    print(line)
+
+
+@dataclass
+class Upgrade:
+    outcome: EventsOutcome
+    errors: list[str]
+    old_pods_ready_while_migrating: list[bool]
+    images: dict[str, set[str]]
+    tag: str
+
+
+@pytest.fixture(scope="module")
+def upgraded(registered: Installation) -> Upgrade:
+    """The upgrade to this tree (its images built as its Dockerfiles say), once, while users edit
+    their runtimes' Kymas: the migration Job while the old pods serve, then the roles."""
+    new = Release(ROOT, "0.1.0")
+    new.build(registered.workdir)
+    registered.add_release(new)
+    registered.release = new
+    site = registered.site_overlay(new)
+    gateway_before = gateway_stats(registered)
+    edits = Edits(registered)
+    thread = threading.Thread(target=edits.run, daemon=True)
+    since = time.time()
+    thread.start()
+    ready_while_migrating = []
+    try:
+        time.sleep(5)
+        migrating = threading.Thread(target=registered.migrate, args=(site,), daemon=True)
+        migrating.start()
+        while migrating.is_alive():
+            ready_while_migrating.append(all(registered.ready_replicas(role) >= 1 for role in ROLES))
+            migrating.join(1)
+        registered.roll_out(site)
+        time.sleep(5)
+    finally:
+        edits.stop.set()
+        thread.join(10)
+    images = {
+        role: {c["image"] for p in registered.pods(role) for c in p["spec"]["containers"]} for role in ROLES
+    }
+    outcome = events_outcome(registered, edits.made, since, gateway_before)
+    record("upgrade", f"upgrade from {PREVIOUS[:7]}: {time.time() - since:.0f} s, {outcome.line()}")
+    return Upgrade(outcome, edits.errors, ready_while_migrating, images, new.tag)
+
+
+def test_the_previous_release_installed_by_the_documented_steps_serves_three_runtimes(registered, web):
+    assert {k["status"]["state"] for k in kymas(web).values()} == {"Ready"}
+    assert gateway_stats(registered).get("status_200", 0) > 0  # their watchers reach it
+
+
+def test_an_upgrade_from_the_previous_release_loses_no_event_and_answers_no_5xx(upgraded, registered):
+    assert upgraded.errors == []
+    assert upgraded.old_pods_ready_while_migrating and all(upgraded.old_pods_ready_while_migrating)
+    assert registered.get("job", "controlplane-migrate")["status"].get("succeeded") == 1
+    assert upgraded.images == {
+        role: {f"registry.example.com/kyma-fleet/controlplane:{upgraded.tag}"} for role in ROLES
+    }
+    assert upgraded.outcome.sent > 20
+    assert (upgraded.outcome.lost, upgraded.outcome.server_errors) == (0, 0), upgraded.outcome.line()
+
+
 # -- the install ---------------------------------------------------------------------------------
 
 
-def test_the_documented_install_runs_every_role_and_the_migration_job(installed, web):
+def test_the_upgraded_install_runs_every_role_and_the_first_administrator_never_printed(
+    upgraded, installed, web
+):
     job = installed.get("job", "controlplane-migrate")
     assert job is not None and job["status"].get("succeeded") == 1
     for role in ROLES:
@@ -58,16 +142,17 @@ def test_the_documented_install_runs_every_role_and_the_migration_job(installed,
         for name in ("migrate", "pki-bootstrap", "admin")
         if (worker.state.workdir / f"{name}.log").exists()
     )
-    assert "Created administrator 'admin'" in output
+    assert "An administrator exists" in output  # made by the previous release's install
     assert installed.admin_password not in output
+    installed.session()  # the password of the Secret
 
 
-def test_the_database_connections_stay_within_the_budget(installed, web):
+def test_the_database_connections_stay_within_the_budget(upgraded, installed, web):
     web.get("/api/v1/kymas/")  # every role has been busy since the install
     assert 0 < installed.database_connections() <= CONNECTIONS
 
 
-def test_the_workers_keep_the_gateway_secret_with_the_listener_certificate(installed, web):
+def test_the_workers_keep_the_gateway_secret_with_the_listener_certificate(upgraded, installed, web):
     def secret() -> dict | None:
         return installed.get("secret", "kcp-listener-gateway-tls", "istio-system")
 
@@ -87,7 +172,7 @@ def test_the_workers_keep_the_gateway_secret_with_the_listener_certificate(insta
     assert float(line.split()[-1]) == certificate.not_valid_after_utc.timestamp()
 
 
-def test_the_workers_identity_may_do_exactly_one_secret_in_one_namespace(installed):
+def test_the_workers_identity_may_do_exactly_one_secret_in_one_namespace(upgraded, installed):
     """Probed as the identity itself (a token of controlplane-worker), against the API server."""
     token = json.loads(
         installed.kubectl("-n", NAMESPACE, "create", "token", "controlplane-worker", "-o", "json")
@@ -139,20 +224,18 @@ def test_the_workers_identity_may_do_exactly_one_secret_in_one_namespace(install
 # -- runtimes, events, reconciles ----------------------------------------------------------------
 
 
-def test_three_runtimes_registered_through_the_api_become_ready(registered, web):
-    def all_ready() -> bool:
-        found = kymas(web)
-        return len(found) == 3 and all(
-            (k.get("status") or {}).get("state") == "Ready" for k in found.values()
-        )
-
-    wait_for(all_ready, timeout=300, what="the three Kymas Ready")
+def test_the_three_runtimes_stay_ready_after_the_upgrade(upgraded, registered, web):
+    wait_for(
+        lambda: {k["status"]["state"] for k in kymas(web).values()} == {"Ready"},
+        timeout=120,
+        what="the three Kymas Ready",
+    )
     for runtime in registered.installed_runtimes:
         assert runtime.runtime.node.process("kyma-system", "skr-webhook") is not None  # the watcher runs
 
 
 def test_a_kubectl_edit_reaches_the_listener_through_the_gateway_and_an_installed_worker_reconciles_it(
-    registered, web
+    upgraded, registered, web
 ):
     runtime = registered.installed_runtimes[0]
     before = gateway_stats(registered).get("status_200", 0)
@@ -167,6 +250,7 @@ def test_a_kubectl_edit_reaches_the_listener_through_the_gateway_and_an_installe
         timeout=60,
         what="the control plane's copy following the runtime's edit",
     )
+
     def recorded() -> bool:  # the listener records its events in the background, in batches
         events = web.get("/api/v1/events/", kyma=runtime.kyma)["results"]
         return any(e["watched"] == {"namespace": "kyma-system", "name": "default"} for e in events)
@@ -183,7 +267,7 @@ def test_a_kubectl_edit_reaches_the_listener_through_the_gateway_and_an_installe
 # -- disruptions ---------------------------------------------------------------------------------
 
 
-def test_an_eviction_the_disruption_budget_refuses(registered):
+def test_an_eviction_the_disruption_budget_refuses(upgraded, registered):
     pods = [p["metadata"]["name"] for p in registered.pods("beat")]
     eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"namespace": NAMESPACE}}
     answers = []
@@ -199,7 +283,7 @@ def test_an_eviction_the_disruption_budget_refuses(registered):
     wait_for(lambda: ready_replicas(registered, "beat")[1] == 2, timeout=180, what="beat back to two")
 
 
-def test_the_beat_leaders_pod_deleted_another_takes_over(registered, web):
+def test_the_beat_leaders_pod_deleted_another_takes_over(upgraded, registered, web):
     def leader() -> str:
         text = web.text("/metrics")
         for line in text.splitlines():
@@ -220,31 +304,32 @@ def test_the_beat_leaders_pod_deleted_another_takes_over(registered, web):
 
 @dataclass
 class Edits:
-    """Users editing their runtimes' Kymas, one edit a second per runtime, until stopped."""
+    """Users editing their runtimes' Kymas, one edit a second per runtime, until stopped: each
+    edit switches the channel, so each is a change of the spec, which the watcher reports."""
 
     installed: Installation
     made: int = 0
     stop: threading.Event = field(default_factory=threading.Event)
     errors: list[str] = field(default_factory=list)
-
-    last: str = ""
+    last: dict[str, str] = field(default_factory=dict)  # runtime -> the channel its last edit set
 
     def run(self) -> None:
-        channels = ["fast", "regular"]
-        turn = 0
+        for runtime in self.installed.installed_runtimes:
+            live = runtime.runtime.get("operator.kyma-project.io/v1beta2", "kymas", "default", "kyma-system")
+            self.last[runtime.kyma] = (live or {}).get("spec", {}).get("channel", "regular")
         while not self.stop.is_set():
-            turn += 1
-            self.last = channels[turn % 2]
             for runtime in self.installed.installed_runtimes:
+                channel = {"fast": "regular"}.get(self.last[runtime.kyma], "fast")
                 try:
-                    runtime_edit(runtime, self.last)
+                    runtime_edit(runtime, channel)
+                    self.last[runtime.kyma] = channel
                     self.made += 1
                 except Exception as exc:
                     self.errors.append(str(exc))
             self.stop.wait(1.0)
 
 
-def test_a_rolling_update_of_every_deployment_to_a_new_build_while_events_flow(registered, web):
+def test_a_rolling_update_of_every_deployment_to_a_new_build_while_events_flow(upgraded, registered, web):
     registered.release_alias("0.1.1")  # a new build of the same code, under a new tag
     site = registered.site_overlay(tag="0.1.1")
     gateway_before = gateway_stats(registered)
@@ -274,23 +359,25 @@ def test_a_rolling_update_of_every_deployment_to_a_new_build_while_events_flow(r
         assert images == {"registry.example.com/kyma-fleet/controlplane:0.1.1"}, role
     outcome = events_outcome(registered, edits.made, since, gateway_before)
     sampling.set()
-    print(f"rolling update: {rolled:.0f} s, {outcome.line()}, peak_db_connections={peak[0]}")
+    record(
+        "rolling-update", f"rolling update: {rolled:.0f} s, {outcome.line()}, peak_db_connections={peak[0]}"
+    )
     assert edits.errors == []
     assert edits.made > 20
-    assert (outcome.lost, outcome.server_errors) == (0, 0)
+    assert (outcome.lost, outcome.server_errors) == (0, 0), outcome.line()
     assert peak[0] <= CONNECTIONS_ROLLING
     # The control plane's copies follow the last edit of each runtime.
     wait_for(
-        lambda: {k["spec"]["channel"] for k in kymas(web).values()} == {edits.last},
+        lambda: {name: k["spec"]["channel"] for name, k in kymas(web).items()} == edits.last,
         timeout=60,
-        what=f"every Kyma's copy on the last edit ({edits.last})",
+        what=f"every Kyma's copy on its runtime's last edit ({edits.last})",
     )
 
 
 # -- without Istio -------------------------------------------------------------------------------
 
 
-def test_the_direct_mode_listener_takes_the_events_behind_a_load_balancer(registered, web):
+def test_the_direct_mode_listener_takes_the_events_behind_a_load_balancer(upgraded, registered, web):
     site = registered.site_overlay(overlay="example-direct")
     registered.roll_out(site)
     address = registered.load_balancer(NAMESPACE, "controlplane-listener")
