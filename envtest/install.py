@@ -340,6 +340,8 @@ class Installation:
         if self.old_release:
             # Its docs: render_gateway --with-credential | kubectl apply -f - (a kubectl exec there).
             rendered = self.one_off("gateway", ["python", "manage.py", "render_gateway", "--with-credential"])
+            # (its warnings, on standard error, share the container's log)
+            rendered = "\n".join(line for line in rendered.splitlines() if not line.startswith("warning: "))
             secret = [d for d in yaml.safe_load_all(rendered) if d and d.get("kind") == "Secret"]
             self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(secret))
 
