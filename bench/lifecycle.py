@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import base64
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -151,6 +152,13 @@ def main() -> None:
         },
     )
     workdir = Path(tempfile.mkdtemp(prefix="lifecycle-"))
+    try:
+        run(args, workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def run(args: argparse.Namespace, workdir: Path) -> None:
     redis_db = int(os.environ.get("LIFECYCLE_REDIS_DB", "14"))
     with Installation(workdir, Release(ROOT, "0.1.0"), redis_db=redis_db, site=site(args)) as installed:
         web = installed.session()

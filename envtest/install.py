@@ -340,8 +340,12 @@ class Installation:
         if self.old_release:
             # Its docs: render_gateway --with-credential | kubectl apply -f - (a kubectl exec there).
             rendered = self.one_off("gateway", ["python", "manage.py", "render_gateway", "--with-credential"])
-            # (its warnings, on standard error, share the container's log)
-            rendered = "\n".join(line for line in rendered.splitlines() if not line.startswith("warning: "))
+            # (its warnings and log lines, on standard error, share the container's log)
+            lines = rendered.splitlines()
+            start = next(i for i, line in enumerate(lines) if line.startswith(("apiVersion:", "---")))
+            rendered = "\n".join(
+                line for line in lines[start:] if not re.match(r"^(warning: |\d{4}-\d\d-\d\d )", line)
+            )
             secret = [d for d in yaml.safe_load_all(rendered) if d and d.get("kind") == "Secret"]
             self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(secret))
 
@@ -390,7 +394,7 @@ class Installation:
                 }
                 for key in ("username", "password")
             ]
-        container["env"] = env
+        container["env"] = [*env, {"name": "LOG_LEVEL", "value": "WARNING"}]
         spec = {**template["spec"], "initContainers": [], "containers": [container]}
         manifest = {
             "apiVersion": "batch/v1",

@@ -11,6 +11,7 @@ through the installed control plane; ``-p no:randomly`` keeps that order.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,8 +52,11 @@ def installed() -> Iterator[Installation]:
     bench/lifecycle.py's, whose smoke run is part of the suite)."""
     workdir = Path(tempfile.mkdtemp(prefix="install-"))
     release = Release(release_tree(PREVIOUS), "previous")
-    with Installation(workdir, release, redis_db=redis_database(), old_release=True) as installation:
-        yield installation
+    try:
+        with Installation(workdir, release, redis_db=redis_database(), old_release=True) as installation:
+            yield installation
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
