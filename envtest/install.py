@@ -135,6 +135,7 @@ class Installation:
     images: Images = field(default_factory=Images)
     installed_runtimes: list[InstalledRuntime] = field(default_factory=list)
     admin_password: str = ""
+    watcher_tag: str = ""  # the runtime watcher's image tag, the first release's
     # A release from before the install was whole (deploy/previous-release.yaml): its first
     # administrator and gateway credential are made the way its docs left to the operator.
     old_release: bool = False
@@ -159,6 +160,7 @@ class Installation:
         return f"10.251.{self._block}"
 
     def start(self) -> None:
+        self.watcher_tag = self.watcher_tag or self.release.tag
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.database = self.database or f"install_{os.getpid()}_{secrets.token_hex(3)}"
         self._create_database()
@@ -290,6 +292,9 @@ class Installation:
             # (the userspace kube-proxy does not keep the client's).
             "WEB_FORWARDED_ALLOW_IPS": node,
             "LISTENER_TRUSTED_PROXIES": f"{node}/32",
+            # The runtime watcher of the installation's first release: a site moves it to another
+            # image in a rollout of its own (docs/operators/upgrades.md), not with the roles.
+            "WATCHER_IMAGE": f"{WATCHER_IMAGE}:{self.watcher_tag}",
             **self.site,
         }
         patch = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "controlplane-config"}}

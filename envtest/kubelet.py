@@ -226,22 +226,31 @@ class PodWorker:
     # -- the loop ------------------------------------------------------------------------------
 
     def _run(self) -> None:
+        """The loop goes on through errors (an API server's hiccup, a sandbox that could not be
+        made yet), as a kubelet's does; each is recorded in the node's ``errors`` once."""
         try:
-            self._sandbox()
             while not self.node.stopping.is_set() and not self.deleting.is_set() and not self.gone.is_set():
-                self._step()
-                self._report()
+                try:
+                    if not self.state.netns:
+                        self._sandbox()
+                    self._step()
+                    self._report()
+                except Exception as exc:
+                    self._failed(exc)
+                    time.sleep(1)
+                    continue
                 if self.state.phase in ("Succeeded", "Failed"):
                     break  # a finished pod: its object stays until someone deletes it
                 time.sleep(TICK)
-        except Exception as exc:  # reported, never raised into the node
-            self.node.errors.append(
-                f"pod {self.state.namespace}/{self.state.name}: {type(exc).__name__}: {exc}"
-            )
-            log.exception("envtest kubelet: pod %s/%s", self.state.namespace, self.state.name)
         finally:
             self._terminate()
             self.done.set()
+
+    def _failed(self, exc: Exception) -> None:
+        message = f"pod {self.state.namespace}/{self.state.name}: {type(exc).__name__}: {exc}"
+        if message not in self.node.errors:
+            self.node.errors.append(message)
+            log.error("envtest kubelet: %s", message, exc_info=exc)
 
     def _sandbox(self) -> None:
         self.state.workdir.mkdir(parents=True, exist_ok=True)
@@ -254,6 +263,7 @@ class PodWorker:
             for container in self.state.containers:
                 container.ready = container.started = container.finished = True
                 container.exit_code, container.waiting = 0, ""
+                container.started_stamp = container.started_stamp or _now()
             self.state.phase = "Running"
             return
         if now - self._last_volume_sync > VOLUME_SYNC:

@@ -398,5 +398,8 @@ def test_the_direct_mode_listener_takes_the_events_behind_a_load_balancer(upgrad
 
 @pytest.fixture(autouse=True)
 def _node_healthy(installed):
+    """Whatever the nodes could not do (a sandbox, a volume, a status) fails the test that saw it."""
     yield
-    assert installed.node.errors == [], installed.node.errors[-5:]
+    nodes = [installed.node, *(r.runtime.node for r in installed.installed_runtimes)]
+    errors = [error for node in nodes for error in node.errors]
+    assert errors == [], errors[-5:]
