@@ -486,12 +486,13 @@ class Installation:
         web.apply(documents)
 
     def pods(self, role: str) -> list[dict[str, Any]]:
+        """The role's pods, less those on their way out (terminating after a rollout)."""
         found = json.loads(
             self.kubectl(
                 "-n", NAMESPACE, "get", "pods", "-l", f"app.kubernetes.io/component={role}", "-o", "json"
             )
         )
-        return found["items"]
+        return [p for p in found["items"] if not p["metadata"].get("deletionTimestamp")]
 
     def database_connections(self) -> int:
         with psycopg.connect(f"postgresql://postgres@{POSTGRES}/postgres", autocommit=True) as conn:
