@@ -88,7 +88,11 @@ class PodNetwork:
     _taken: set[int] = set()  # blocks of this process's nodes
     _taking = threading.Lock()
 
-    def __init__(self) -> None:
+    def __init__(self, *, isolated: bool = True) -> None:
+        # isolated: a network namespace per pod; else every pod shares this machine's, its
+        # address on the loopback interface (a runtime's node: its watcher binds that address,
+        # BIND_ADDRESS, and reaches servers of the tests on 127.0.0.1 as they are)
+        self.isolated = isolated
         self.block = self._free_block()
         self.gateway = f"10.244.{self.block}.1"
         self._free = list(range(2, 255))
@@ -111,6 +115,11 @@ class PodNetwork:
             if not self._free:
                 raise RuntimeError("no pod addresses left on this node")
             address = f"10.244.{self.block}.{self._free.pop(0)}"
+        if not self.isolated:
+            result = _ip("addr", "add", f"{address}/32", "dev", "lo")
+            if result.returncode != 0:
+                raise RuntimeError(f"pod network: cannot add {address} to lo: {result.stderr.strip()}")
+            return "", address
         tag = hashlib.sha256(f"{uid}{address}".encode()).hexdigest()[:8]
         netns, host = f"envtest-{tag}", f"ve{tag}"
         steps = [
@@ -133,8 +142,11 @@ class PodNetwork:
         return netns, address
 
     def delete(self, netns: str, address: str) -> None:
-        _ip("route", "del", f"{address}/32")
-        _ip("netns", "del", netns)  # takes the veth pair with it
+        if netns:
+            _ip("route", "del", f"{address}/32")
+            _ip("netns", "del", netns)  # takes the veth pair with it
+        else:
+            _ip("addr", "del", f"{address}/32", "dev", "lo")
         with self._lock:
             number = int(address.rsplit(".", 1)[1])
             if number not in self._free:
@@ -231,7 +243,7 @@ class PodWorker:
         try:
             while not self.node.stopping.is_set() and not self.deleting.is_set() and not self.gone.is_set():
                 try:
-                    if not self.state.netns:
+                    if not self.state.ip:
                         self._sandbox()
                     self._step()
                     self._report()
@@ -357,8 +369,9 @@ class PodWorker:
         spec_file.write_text(json.dumps(spec))
         container.child = Child(
             f"{self.state.namespace}/{self.state.name}/{container.name}",
-            ["ip", "netns", "exec", self.state.netns, "unshare", "--mount", "--uts",
-             "--propagation", "private", sys.executable, "-m", "envtest.container", str(spec_file)],
+            [*(["ip", "netns", "exec", self.state.netns] if self.state.netns else []),
+             "unshare", "--mount", "--uts", "--propagation", "private",
+             sys.executable, "-m", "envtest.container", str(spec_file)],
             log=self.state.workdir / f"{container.name}.log",
             env=_helper_env(),
             cwd=ROOT,
@@ -405,7 +418,7 @@ class PodWorker:
                     env[item["name"]] = value
             else:
                 env[item["name"]] = ""
-        env.update(self.node.extra_env(container.spec))
+        env.update(self.node.extra_env(container.spec, self.state.ip))
         if MARK in os.environ:  # a benchmark's run: its processes are found (and stopped) by it
             env[MARK] = os.environ[MARK]
         return env
@@ -690,9 +703,9 @@ class PodWorker:
             stopper.join()
         for container in running:
             container.child = None
-        if self.state.netns:
+        if self.state.ip:
             self.node.network.delete(self.state.netns, self.state.ip)
-            self.state.netns = ""
+            self.state.netns = self.state.ip = ""
         if self.gone.is_set():
             shutil.rmtree(self.state.workdir, ignore_errors=True)
 

@@ -4,14 +4,17 @@ network, kube-proxy and cluster DNS, for one :class:`~envtest.cluster.RealRuntim
 The stand-in does exactly those parts and nothing the API server or the controllers do:
 
 - **scheduler**: every pod without a node is bound to this cluster's one Node (a ``Binding``);
-- **pod network**: each pod gets a network namespace of its own and an address of the node's
-  ``/24`` of ``10.244.0.0/16`` behind a veth pair (:class:`~envtest.kubelet.PodNetwork`), so a
-  process really listens at the pod's address and its own ports. The EndpointSlice controller
+- **pod network**: each pod gets an address of the node's ``/24`` of ``10.244.0.0/16``
+  (:class:`~envtest.kubelet.PodNetwork`). On the control plane's node (images given, no other
+  pods) each pod has a network namespace of its own behind a veth pair, so its processes listen on
+  its own ports as on a real node; on a runtime's node the pods share this machine's network, their
+  address on the loopback interface (the runtime watcher binds it: ``BIND_ADDRESS``), so they reach
+  what a test serves on 127.0.0.1 as it is. The EndpointSlice controller
   publishes those addresses, and the API server (``--enable-aggregator-routing``) calls webhooks
   at them: the path from a ValidatingWebhookConfiguration through the Service to the pod is the
-  real one. Pods reach each other through Services only (this machine does not forward between
-  pods' interfaces). Needs root (``CAP_NET_ADMIN``, ``CAP_SYS_ADMIN``); the Makefile leaves the
-  tiers out otherwise.
+  real one. Pods in namespaces of their own reach each other through Services only (this machine
+  does not forward between pods' interfaces). Needs root (``CAP_NET_ADMIN``, ``CAP_SYS_ADMIN``);
+  the Makefile leaves the tiers out otherwise.
 - **kubelet** (:mod:`envtest.kubelet`): a pod whose containers' images the node knows
   (:class:`~envtest.images.Images`; in the ``kube`` tier, where none are given, the runtime watcher
   runs from the working tree) runs as local processes with its volumes, environment, probes,
@@ -150,7 +153,9 @@ class Node:
         # machine's resolver, which pods cannot reach.
         self.resolv_conf = self.workdir / "resolv.conf"
         self.resolv_conf.write_text("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
-        self.network = PodNetwork()
+        # Pods get network namespaces of their own where the node runs images (the control
+        # plane's cluster: several pods bind the same ports); a runtime's node shares this machine's.
+        self.network = PodNetwork(isolated=images is not None and not other_pods_run)
         self.api = kubernetes.config.new_client_from_config_dict(runtime.node_kubeconfig())
         self.core = kubernetes.client.CoreV1Api(self.api)
         self.stopping = threading.Event()
@@ -260,8 +265,13 @@ class Node:
         """What a kubelet gives every container: where the cluster's API server is."""
         return dict(self._service_env)
 
-    def extra_env(self, container: Mapping[str, Any]) -> dict[str, str]:
-        return dict(self.env) if runs_runtime_watcher(container) else {}
+    def extra_env(self, container: Mapping[str, Any], address: str) -> dict[str, str]:
+        """What the node adds to a runtime watcher's environment: the node's ``env``, and where
+        pods share this machine's network, the pod's address to bind (``BIND_ADDRESS``)."""
+        if not runs_runtime_watcher(container):
+            return {}
+        shared = {} if self.network.isolated else {"BIND_ADDRESS": address}
+        return {**shared, **self.env}
 
     def hosts_file(self, path: Path, namespace: str, pod: str) -> None:
         """The pod's ``/etc/hosts`` (written in place: it is bound into the container)."""
