@@ -153,10 +153,12 @@ def test_the_database_connections_stay_within_the_budget(upgraded, installed, we
 
 
 def test_the_workers_keep_the_gateway_secret_with_the_listener_certificate(upgraded, installed, web):
-    def secret() -> dict | None:
-        return installed.get("secret", "kcp-listener-gateway-tls", "istio-system")
+    def written_by_the_workers() -> dict | None:  # (the previous release's Secret was written by hand)
+        found = installed.get("secret", "kcp-listener-gateway-tls", "istio-system") or {}
+        managers = {entry["manager"] for entry in found.get("metadata", {}).get("managedFields") or ()}
+        return found if "kyma-control-plane" in managers else None
 
-    found = wait_for(secret, timeout=120, what="the workers writing the gateway's Secret")
+    found = wait_for(written_by_the_workers, timeout=120, what="the workers writing the gateway's Secret")
     data = {key: base64.b64decode(value) for key, value in found["data"].items()}
     certificate = crypto.load_certificate(data["tls.crt"])
     assert crypto.dns_names(certificate) == ["listener.kcp.example.org"]
@@ -165,10 +167,13 @@ def test_the_workers_keep_the_gateway_secret_with_the_listener_certificate(upgra
     crypto.verify_server(
         certificate, [ca], hostname="listener.kcp.example.org", now=certificate.not_valid_before_utc
     )
-    metrics = web.text("/metrics")
     name = "controlplane_gateway_certificate_expiry_timestamp_seconds"
     name += '{secret="istio-system/kcp-listener-gateway-tls"}'
-    (line,) = [line for line in metrics.splitlines() if line.startswith(name)]
+
+    def expiry() -> list[str]:
+        return [line for line in web.text("/metrics").splitlines() if line.startswith(name)]
+
+    (line,) = wait_for(expiry, timeout=60, what="the gateway certificate's expiry as a metric")
     assert float(line.split()[-1]) == certificate.not_valid_after_utc.timestamp()
 
 
