@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -153,12 +154,23 @@ def test_the_database_connections_stay_within_the_budget(upgraded, installed, we
 
 
 def test_the_workers_keep_the_gateway_secret_with_the_listener_certificate(upgraded, installed, web):
-    def written_by_the_workers() -> dict | None:  # (the previous release's Secret was written by hand)
+    """An operator renews the listener's certificate in the admin; within seconds the workers
+    write it into the gateway's Secret (their field manager), and the metric shows its expiry."""
+    (listener,) = web.get("/api/v1/certificates/", purpose="listener", status="valid")["results"]
+    page = web.text("/admin/pki/certificate/?purpose__exact=listener&status=valid")
+    (row,) = re.findall(r'name="_selected_action" value="(\d+)"', page)
+    web.admin_action("/admin/pki/certificate/", "renew", [row])
+
+    def renewed_by_the_workers() -> dict | None:
         found = installed.get("secret", "kcp-listener-gateway-tls", "istio-system") or {}
         managers = {entry["manager"] for entry in found.get("metadata", {}).get("managedFields") or ()}
-        return found if "kyma-control-plane" in managers else None
+        data = found.get("data") or {}
+        if "kyma-control-plane" not in managers or "tls.crt" not in data:
+            return None
+        certificate = crypto.load_certificate(base64.b64decode(data["tls.crt"]))
+        return found if crypto.serial_hex(certificate) != listener["serial"] else None
 
-    found = wait_for(written_by_the_workers, timeout=120, what="the workers writing the gateway's Secret")
+    found = wait_for(renewed_by_the_workers, timeout=120, what="the workers writing the renewed certificate")
     data = {key: base64.b64decode(value) for key, value in found["data"].items()}
     certificate = crypto.load_certificate(data["tls.crt"])
     assert crypto.dns_names(certificate) == ["listener.kcp.example.org"]
@@ -170,11 +182,15 @@ def test_the_workers_keep_the_gateway_secret_with_the_listener_certificate(upgra
     name = "controlplane_gateway_certificate_expiry_timestamp_seconds"
     name += '{secret="istio-system/kcp-listener-gateway-tls"}'
 
-    def expiry() -> list[str]:
-        return [line for line in web.text("/metrics").splitlines() if line.startswith(name)]
+    def expiry() -> float:
+        lines = [line for line in web.text("/metrics").splitlines() if line.startswith(name)]
+        return float(lines[0].split()[-1]) if lines else 0.0
 
-    (line,) = wait_for(expiry, timeout=60, what="the gateway certificate's expiry as a metric")
-    assert float(line.split()[-1]) == certificate.not_valid_after_utc.timestamp()
+    wait_for(
+        lambda: expiry() == certificate.not_valid_after_utc.timestamp(),
+        timeout=60,
+        what="the renewed certificate's expiry as a metric",
+    )
 
 
 def test_the_workers_identity_may_do_exactly_one_secret_in_one_namespace(upgraded, installed):
