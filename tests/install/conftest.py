@@ -56,7 +56,8 @@ def installed() -> Iterator[Installation]:
         with Installation(workdir, release, redis_db=redis_database(), old_release=True) as installation:
             yield installation
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        if not os.environ.get("INSTALL_KEEP_WORKDIR"):  # set it to look at the pods' logs afterwards
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
