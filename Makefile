@@ -6,13 +6,13 @@ INSTALLED := $(VENV)/.installed
 # loadgroup: the kube tier's tests, the install tier's (one installed control plane) and the whole-stack tests of
 # manage.py up each share one worker; others spread.
 PYTEST_ARGS ?= -n 2 --dist loadgroup
-# REQUIRE_ALL_TIERS=1 (.ci/run sets it): where a tier (browser, kube, install, gobuild) cannot run, fail instead of leaving it out.
+# REQUIRE_ALL_TIERS=1 (.ci/run sets it): where a tier (browser, kube, install, gobuild, sso) cannot run, fail instead of leaving it out.
 # Browser tests drive Debian's Chromium; `make test` installs it when missing (needs root and apt).
 CHROMIUM ?= /usr/bin/chromium
 CHROMEDRIVER ?= /usr/bin/chromedriver
 
 .PHONY: run test lint pytest fuzz browser-deps kube kube-deps services bench clean docs docs-serve
-.PHONY: interop interop-deps images
+.PHONY: interop interop-deps sso sso-deps images
 
 $(INSTALLED): requirements.txt requirements-dev.txt
 	@test -x "$(BIN)/python" || $(PYTHON) -m venv $(VENV)
@@ -45,7 +45,7 @@ lint: $(INSTALLED)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 
-pytest: $(INSTALLED) browser-deps kube-deps interop-deps
+pytest: $(INSTALLED) browser-deps kube-deps interop-deps sso-deps
 	@skip=""; \
 	if [ ! -x "$(CHROMIUM)" ] || [ ! -x "$(CHROMEDRIVER)" ]; then \
 		echo "*** Browser tests NOT run: $(CHROMIUM) or $(CHROMEDRIVER) is missing (see above) ***"; \
@@ -63,6 +63,10 @@ pytest: $(INSTALLED) browser-deps kube-deps interop-deps
 	if ! $(INTEROP_BUILD) --check >/dev/null 2>&1; then \
 		echo "*** gobuild tests NOT run: they need upstream's listener built from Go source (make interop, with Go) ***"; \
 		skip="$${skip:+$$skip and }not gobuild"; \
+	fi; \
+	if ! $(SSO_BUILD) --check >/dev/null 2>&1; then \
+		echo "*** sso tier NOT run: it needs ORY Hydra built from Go source (make sso, with Go and a C compiler) ***"; \
+		skip="$${skip:+$$skip and }not sso"; \
 	fi; \
 	if [ -n "$$skip" ] && [ "$(REQUIRE_ALL_TIERS)" = 1 ]; then \
 		echo "*** REQUIRE_ALL_TIERS=1 (as in CI): a tier would not run ($$skip); see above ***"; exit 2; \
@@ -102,6 +106,17 @@ interop:
 interop-deps:
 	@if command -v go >/dev/null; then $(INTEROP_BUILD) >/dev/null; \
 	else echo "Go is missing: the gobuild tests will not run."; fi
+
+## sso: build the sso tier's OpenID provider (ORY Hydra, pinned in tests/sso/provider/go.mod) into
+##      a cache outside the repository; prints its path
+SSO_BUILD := tests/sso/provider/build.sh
+sso:
+	$(SSO_BUILD)
+
+# The sso tier's provider, built when Go is here (minutes the first time, then cached).
+sso-deps:
+	@if command -v go >/dev/null; then $(SSO_BUILD) >/dev/null || echo "Building ORY Hydra failed: the sso tier will not run."; \
+	else echo "Go is missing: the sso tier will not run."; fi
 
 ## fuzz: the fuzz suite's long run (`make test` runs it short): every door, FUZZ_EXAMPLES cases per
 ##      test (default 300), a new seed each run; ends with the cases and failures per door

@@ -29,7 +29,7 @@ from django.db import connection, transaction
 from django.test import Client
 from django.utils import timezone
 
-from fleet.dashboard.selectors import Window
+from console.dashboard.selectors import Window
 from fleet.models import Job, Kyma, Module, ModuleConfig, ReconcileRecord, SyncResource
 from kernel.sealing import Sealed
 from listener.models import WatchEventRecord

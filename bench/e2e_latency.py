@@ -67,6 +67,7 @@ from django.utils import timezone
 from fleet import queue
 from fleet.models import Kyma, ReconcileRecord
 from listener.models import WatchEventRecord
+from pki import selectors as pki_selectors
 from pki import services as pki
 from runtime_emulator import EmulatorHost
 from runtime_emulator.kubelet import ProcessKubelet
@@ -114,7 +115,7 @@ def write_credentials(kymas: list[Kyma], directory: Path) -> tuple[list[tuple[st
         key.write_bytes(data["tls.key"])
         files.append((str(cert), str(key)))
     ca = directory / "ca.crt"
-    ca.write_bytes(pki.ca_bundle_pem())
+    ca.write_bytes(pki_selectors.ca_bundle_pem())
     return files, str(ca)
 
 

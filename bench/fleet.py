@@ -73,9 +73,9 @@ from django.utils import timezone
 from fleet import queue
 from fleet.models import Kyma, Module, ModuleConfig, ReconcileRecord
 from fleet.queue.marks import flags
-from fleet.reconciler.run import kyma_reconcile_run
 from fleet.tasks import reconcile_due
 from pki import services as pki
+from reconciler.run import kyma_reconcile_run
 from runtime_emulator import EmulatorHost, crd_manifest
 
 KEDA_CRD = crd_manifest("operator.kyma-project.io", "Keda", versions=("v1alpha1",))

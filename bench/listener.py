@@ -63,7 +63,7 @@ if os.environ.get("BENCH_BROKER_URL"):
 setup_django("listener")
 
 from fleet.models import Kyma
-from pki import services
+from pki import selectors, services
 from watchers.models import Watcher
 
 HELLO_APP = """
@@ -106,7 +106,7 @@ def prepare(kymas: int, directory: Path) -> list[tuple[str, str]]:
         cert.write_bytes(data["tls.crt"])
         key.write_bytes(data["tls.key"])
         files.append((str(cert), str(key)))
-    (directory / "ca.crt").write_bytes(services.ca_bundle_pem())
+    (directory / "ca.crt").write_bytes(selectors.ca_bundle_pem())
     return files
 
 

@@ -42,11 +42,11 @@ from envtest.node import Node
 from envtest.runtime import Runtime
 from fleet import queue
 from fleet.models import Kyma, Module, ModuleConfig
-from fleet.reconciler.run import kyma_reconcile_run
 from fleet.services import kymas as kyma_services
 from fleet.services import modules as module_services
 from kernel.documents.yamlio import dump_yaml
 from pki import services as pki
+from reconciler.run import kyma_reconcile_run
 from runtime_emulator import EmulatorHost, crd_manifest
 from watchers.models import Watcher
 

@@ -157,7 +157,7 @@ def roll_out(version: str, manager: Manager, timeout: float, *, bad: bool) -> di
     keda = Module.objects.get(name="keda")
     keda.channels = {"regular": version}
     started = time.perf_counter()
-    module_services.module_save(keda)
+    module_services.module_save(module=keda)
     rollout = Rollout.objects.get(subject="keda/regular", state=RolloutState.PROGRESSING)
     interval = settings.ROLLOUT_ADVANCE_INTERVAL
     deadline = time.monotonic() + timeout

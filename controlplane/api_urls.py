@@ -3,9 +3,10 @@
 from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
-from fleet.api.audit import AuditEntryViewSet
-from fleet.api.rollouts import RolloutViewSet
-from fleet.api.views import ApplyView, KymaViewSet, ModuleConfigViewSet, ModuleViewSet, SyncResourceViewSet
+from access.api import FleetRoleBindingViewSet
+from console.api.audit import AuditEntryViewSet
+from console.api.rollouts import RolloutViewSet
+from console.api.views import ApplyView, KymaViewSet, ModuleConfigViewSet, ModuleViewSet, SyncResourceViewSet
 from listener.api import WatchEventViewSet
 from pki.api import CertificateAuthorityViewSet, CertificateViewSet
 from watchers.api import WatcherViewSet
@@ -21,6 +22,7 @@ router.register("certificateauthorities", CertificateAuthorityViewSet, basename=
 router.register("events", WatchEventViewSet, basename="event")
 router.register("audit", AuditEntryViewSet, basename="audit")
 router.register("rollouts", RolloutViewSet, basename="rollout")
+router.register("fleetrolebindings", FleetRoleBindingViewSet, basename="fleetrolebinding")
 
 urlpatterns = [
     path("apply/", ApplyView.as_view(), name="apply"),

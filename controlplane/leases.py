@@ -59,13 +59,15 @@ def _until(seconds: float) -> object:
 
 
 def lease_acquire(*, name: str, holder: str, seconds: float) -> Held | None:
-    """Take the lease ``name`` for ``seconds`` if it is free or ran out (a new term); ``None``
-    when someone holds it."""
+    """Take the lease ``name`` for ``seconds`` if it is free or ran out, or is this holder's own
+    (a holder that stopped acting on it, e.g. while its database was away, takes it back at once
+    rather than waiting for it to run out): a new term either way, so whatever the holder still
+    keeps of the old term is fenced off. ``None`` when someone else holds it."""
     Lease.objects.get_or_create(name=name)
     sent = time.monotonic()
     taken = (
         Lease.objects.filter(name=name)
-        .filter(Q(expires_at__isnull=True) | Q(expires_at__lte=Now()))
+        .filter(Q(expires_at__isnull=True) | Q(expires_at__lte=Now()) | Q(holder=holder))
         .update(
             holder=holder,
             term=F("term") + 1,

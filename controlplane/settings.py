@@ -11,6 +11,7 @@ variable has none).
 from __future__ import annotations
 
 import importlib.util
+import ipaddress
 import json
 import secrets
 from collections.abc import Callable
@@ -105,12 +106,16 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_celery_beat",
+    "axes",
     "kernel",
     "controlplane",
     "fleet",
     "watchers",
     "pki",
+    "reconciler",
     "listener",
+    "console",
+    "access",
 ]
 # The simulated runtimes of ``make run`` (development only): installed where their packages are,
 # ahead of ``controlplane`` so that its ``demo`` command (which only says what to install) yields.
@@ -129,10 +134,14 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # A session idle for SESSION_IDLE_SECONDS, or older than SESSION_MAX_SECONDS, ends here.
+    "access.sessions.SessionLimits",
     # Writes made while serving a request are recorded as its actor's (kernel.audit).
     "kernel.audit.AuditMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: a locked-out login is answered here (429).
+    "axes.middleware.AxesMiddleware",
 ]
 
 # The largest request body the web role takes: what a document may be (kernel.documents.yamlio's
@@ -154,6 +163,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "access.context.login_options",
             ],
         },
     },
@@ -239,7 +249,90 @@ SECURE_HSTS_INCLUDE_SUBDOMAINS = not DEBUG
 SECURE_HSTS_PRELOAD: bool = env.bool("DJANGO_HSTS_PRELOAD", default=not DEBUG)
 SESSION_COOKIE_SECURE = not DEBUG
 CSRF_COOKIE_SECURE = not DEBUG
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = True  # no script of ours reads it: forms carry the token
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
 X_FRAME_OPTIONS = "DENY"
+
+# --- Who may do what (access): single sign-on, local passwords, sessions, failed logins -------
+
+#: The OpenID Connect provider's issuer URL (its discovery document is read from
+#: `<issuer>/.well-known/openid-configuration` at the first login); empty: no single sign-on.
+OIDC_ISSUER: str = env.str("OIDC_ISSUER", default="")
+#: The control plane's client id at the provider.
+OIDC_RP_CLIENT_ID: str = env.str("OIDC_CLIENT_ID", default="")
+#: The client's secret at the provider (empty: a public client, authenticated by PKCE alone).
+OIDC_RP_CLIENT_SECRET: str = env.str("OIDC_CLIENT_SECRET", default="")
+if OIDC_ISSUER and not OIDC_RP_CLIENT_ID:
+    raise ImproperlyConfigured("OIDC_CLIENT_ID must be set when OIDC_ISSUER is")
+#: Scopes asked of the provider.
+OIDC_RP_SCOPES: str = env.str("OIDC_SCOPES", default="openid email profile groups")
+#: The claim (in the ID token or the userinfo answer) that lists the person's groups.
+OIDC_GROUPS_CLAIM: str = env.str("OIDC_GROUPS_CLAIM", default="groups")
+#: The ID token's signing algorithm (keys from the provider's JWKS).
+OIDC_RP_SIGN_ALGO: str = env.str("OIDC_SIGN_ALGO", default="RS256")
+#: Verify the provider's TLS certificate: `1`, `0`, or the path of a CA bundle.
+#: Default: `1`
+_oidc_verify = env.str("OIDC_VERIFY_SSL", default="1")
+OIDC_VERIFY_SSL: bool | str = {"1": True, "true": True, "0": False, "false": False}.get(
+    _oidc_verify.lower(), _oidc_verify
+)
+#: Seconds for each request to the provider.
+OIDC_TIMEOUT: float = env.float("OIDC_TIMEOUT", default=10)
+OIDC_USE_PKCE = True
+OIDC_USE_NONCE = True
+OIDC_STORE_ID_TOKEN = False
+OIDC_AUTHENTICATION_CALLBACK_URL = "oidc_authentication_callback"
+OIDC_CALLBACK_CLASS = "access.oidc.CallbackView"
+OIDC_AUTHENTICATE_CLASS = "access.oidc.LoginView"
+LOGIN_REDIRECT_URL = "/admin/"
+LOGIN_REDIRECT_URL_FAILURE = "/admin/login/"
+LOGIN_URL = "/admin/login/"
+#: Local passwords: `on` (everyone with one), `break-glass` (superusers only, each login loud in the
+#: log and the audit trail) or `off`.
+#: Default: `on` without single sign-on, `break-glass` with it
+LOCAL_LOGIN: str = env.str("LOCAL_LOGIN", default="break-glass" if OIDC_ISSUER else "on")
+if LOCAL_LOGIN not in ("on", "break-glass", "off"):
+    raise ImproperlyConfigured(f"LOCAL_LOGIN must be on, break-glass or off, not {LOCAL_LOGIN!r}")
+if LOCAL_LOGIN == "off" and not OIDC_ISSUER:
+    raise ImproperlyConfigured("LOCAL_LOGIN=off needs single sign-on (OIDC_ISSUER): nobody could log in")
+AUTHENTICATION_BACKENDS = [
+    # First: an account or address locked out for failed logins gets no further.
+    "axes.backends.AxesStandaloneBackend",
+    "access.backends.OIDCBackend",
+    "access.backends.LocalPasswordBackend",
+    "access.backends.RoleBackend",
+]
+#: Seconds without a request after which a session ends.
+SESSION_IDLE_SECONDS: int = env.int("SESSION_IDLE_SECONDS", default=3600)
+#: Seconds after its login at which a session ends, however busy.
+SESSION_MAX_SECONDS: int = env.int("SESSION_MAX_SECONDS", default=43200)
+if not 0 < SESSION_IDLE_SECONDS <= SESSION_MAX_SECONDS:
+    raise ImproperlyConfigured("0 < SESSION_IDLE_SECONDS <= SESSION_MAX_SECONDS must hold")
+SESSION_COOKIE_AGE = SESSION_IDLE_SECONDS
+#: Failed logins after which an account, or an address, is locked out (django-axes).
+AXES_FAILURE_LIMIT: int = env.int("LOGIN_FAILURE_LIMIT", default=5)
+#: Minutes a locked-out account or address waits.
+LOGIN_LOCKOUT_MINUTES: float = env.float("LOGIN_LOCKOUT_MINUTES", default=15)
+if AXES_FAILURE_LIMIT < 1 or LOGIN_LOCKOUT_MINUTES <= 0:
+    raise ImproperlyConfigured("LOGIN_FAILURE_LIMIT must be at least 1 and LOGIN_LOCKOUT_MINUTES positive")
+AXES_COOLOFF_TIME = LOGIN_LOCKOUT_MINUTES / 60  # hours
+# Per account and per address, each on its own: guessing one account from many addresses, or many
+# accounts from one address, is stopped alike.
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "access.lockout.locked_out"
+AXES_CLIENT_IP_CALLABLE = "access.lockout.client_address"
+#: Addresses or CIDRs of the ingress in front of the web role, whose `X-Forwarded-For` names the client (the
+#: address failed logins are counted by); empty: the connection's own address.
+WEB_TRUSTED_PROXIES: list[str] = env.list("WEB_TRUSTED_PROXIES", default=[])
+for _proxy in WEB_TRUSTED_PROXIES:
+    try:
+        ipaddress.ip_network(_proxy, strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(f"WEB_TRUSTED_PROXIES: {_proxy!r} is not an address or CIDR") from None
+AXES_VERBOSE = False
 
 # --- Logging ---------------------------------------------------------------------------------
 
@@ -256,12 +349,15 @@ LOGGING = {
         "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
         "json": {"()": "kernel.logfmt.JsonFormatter"},
     },
-    "filters": {"beat_sends_at_debug": {"()": "kernel.logfmt.BeatSendsAtDebug"}},
+    "filters": {
+        "beat_sends_at_debug": {"()": "kernel.logfmt.BeatSendsAtDebug"},
+        "database_unavailable_one_line": {"()": "kernel.logfmt.DatabaseUnavailableOneLine"},
+    },
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",
             "formatter": LOG_FORMAT,
-            "filters": ["beat_sends_at_debug"],
+            "filters": ["beat_sends_at_debug", "database_unavailable_one_line"],
         }
     },
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
@@ -280,7 +376,7 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # Module managers' credentials (kcpm_ keys) and named, expiring tokens (kcp_) first; DRF's
         # older keys keep working through the two after them.
-        "fleet.api.authentication.ModuleCredentialAuthentication",
+        "console.api.authentication.ModuleCredentialAuthentication",
         "kernel.api.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.TokenAuthentication",
         "kernel.api.authentication.BearerTokenAuthentication",
@@ -296,7 +392,11 @@ REST_FRAMEWORK = {
         "kernel.api.yaml.YAMLRenderer",
         "rest_framework.renderers.BrowsableAPIRenderer",
     ],
-    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    # Lists and lookups of a Kyma's rows hold only the user's Kymas' (access.scope).
+    "DEFAULT_FILTER_BACKENDS": [
+        "django_filters.rest_framework.DjangoFilterBackend",
+        "access.filters.ScopeFilterBackend",
+    ],
     "DEFAULT_PAGINATION_CLASS": "kernel.api.pagination.Pagination",
     "PAGE_SIZE": 100,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
@@ -395,11 +495,13 @@ if WORKER_RECONNECT_MAX <= 0:
 # a reconcile is idempotent and leased): Celery 6 would cancel them by default.
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 
-#: Beat's election: the leading beat renews its lease every third of this; a standby takes over this long
-#: (plus one poll) after the leader died, at once after it stopped on purpose.
-BEAT_LEASE_SECONDS: float = env.float("BEAT_LEASE_SECONDS", default=10.0)
-#: Seconds between a standing-by beat's tries to take the lease.
-BEAT_STANDBY_POLL: float = env.float("BEAT_STANDBY_POLL", default=1.0)
+#: Beat's election: the leading beat renews its lease every quarter of this (from a thread of its own, so a
+#: slow send never delays it); a standby takes over this long (plus one poll) after the leader died, at once
+#: after it stopped on purpose.
+BEAT_LEASE_SECONDS: float = env.float("BEAT_LEASE_SECONDS", default=4.0)
+#: Seconds between a standing-by beat's tries to take the lease (the first retry's delay while the database
+#: is away, doubling up to `BEAT_LEASE_SECONDS`).
+BEAT_STANDBY_POLL: float = env.float("BEAT_STANDBY_POLL", default=0.5)
 if not 0 < BEAT_STANDBY_POLL < BEAT_LEASE_SECONDS:
     raise ImproperlyConfigured("BEAT_STANDBY_POLL must be positive and below BEAT_LEASE_SECONDS")
 #: Side port of each beat process (empty: none): `/healthz` (liveness: its loop comes round), `/readyz` (its
@@ -507,6 +609,11 @@ if not LISTENER_HOSTNAMES:
 AUDIT_KEPT_DAYS: float = env.float("AUDIT_KEPT_DAYS", default=90)
 if AUDIT_KEPT_DAYS <= 0:
     raise ImproperlyConfigured("AUDIT_KEPT_DAYS must be a positive number of days")
+#: Unauthenticated refused writes (no key, a wrong key, no session) recorded in the audit trail per minute,
+#: across every process; all of them are counted in `controlplane_unauthenticated_refusals_total`.
+AUDIT_UNAUTHENTICATED_PER_MINUTE: int = env.int("AUDIT_UNAUTHENTICATED_PER_MINUTE", default=10)
+if AUDIT_UNAUTHENTICATED_PER_MINUTE < 0:
+    raise ImproperlyConfigured("AUDIT_UNAUTHENTICATED_PER_MINUTE must be 0 or more")
 
 CELERY_BEAT_SCHEDULE = {
     "audit-prune": {"task": "kernel.audit_prune", "schedule": 3600.0, "options": {"expires": 3600.0}},

@@ -15,8 +15,9 @@ handler400 = "kernel.badrequests.bad_request"
 
 urlpatterns = [
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
-    path("admin/fleet/", include("fleet.dashboard.urls")),
+    path("admin/fleet/", include("console.dashboard.urls")),
     path("admin/", admin.site.urls),
+    path("oidc/", include("access.urls")),
     path("api/v1/", include("controlplane.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),

@@ -5,7 +5,8 @@
   tries every ``WORKER_RECONNECT_MAX`` seconds at most (Celery's consumer waits 2, 4, 6, ... up to
   30 s between tries, so a worker came back up to half a minute after its broker). What it held
   when the connection went is queued again as soon as it is back (:mod:`controlplane.broker`).
-- The database goes away: tasks fail and retry (``fleet.tasks``); the worker itself keeps running.
+- The database goes away: tasks fail and retry (``reconciler.tasks``); the worker itself keeps running.
+- Its start-up heap is frozen out of the cyclic collector (:func:`_freeze_startup_heap`).
 - SIGTERM (a rolling update, a drained node): Celery's warm shutdown stops taking messages and
   gives back what it reserved; every running reconcile stops at its next step and hands its Kyma
   back (:func:`fleet.queue.hand_back_all`), so the worker ends within one runtime call rather than
@@ -15,6 +16,7 @@
 from __future__ import annotations
 
 import functools
+import gc
 from typing import Any
 
 from celery import signals
@@ -41,3 +43,15 @@ class Consumer(CeleryConsumer):
 @signals.worker_shutting_down.connect
 def _hand_back_on_shutdown(**_: Any) -> None:
     queue.hand_back_all()
+
+
+@signals.worker_ready.connect
+@signals.worker_process_init.connect
+def _freeze_startup_heap(**_: Any) -> None:
+    """What the worker loaded to start (Django, the apps, the Kubernetes client: a few hundred
+    thousand objects) lives as long as the process: frozen, the cyclic collector stops walking it
+    on every older-generation collection, a pause that lands on whichever reconcile runs then
+    (``bench/e2e_latency.py``). Once in the main process when the worker is ready (the threads
+    pool), and in each pool process it forks (prefork)."""
+    gc.collect()
+    gc.freeze()

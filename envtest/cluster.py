@@ -114,6 +114,7 @@ class AuditEvent:
     name: str
     code: int
     uri: str
+    user_agent: str = ""
 
     @property
     def write(self) -> bool:
@@ -291,6 +292,7 @@ class RealRuntime:
                     name=ref.get("name", ""),
                     code=(entry.get("responseStatus") or {}).get("code", 0),
                     uri=entry.get("requestURI", ""),
+                    user_agent=entry.get("userAgent", ""),
                 )
             )
         return events

@@ -6,7 +6,11 @@ goes into a Kyma's kubeconfig."""
 from __future__ import annotations
 
 import base64
+import json
+import ssl
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +28,8 @@ RUNTIME_ACCESS = ROOT / "deploy" / "runtime-access"
 ACCESS_NAMESPACE = "kyma-control-plane"
 ACCESS_ACCOUNT = "kyma-control-plane"
 CONTROL_PLANE_USER = f"system:serviceaccount:{ACCESS_NAMESPACE}:{ACCESS_ACCOUNT}"
+# The user agent of the probe that waits for the guard: not the control plane's own requests.
+GUARD_PROBE_AGENT = "envtest-guard-probe"
 
 
 def access_manifests() -> list[dict[str, Any]]:
@@ -134,7 +140,30 @@ class Runtime:
             data = secret.get("data") or {}
             return base64.b64decode(data["token"]).decode() if "token" in data else ""
 
-        return wait_for(token, what="the token controller filling the ServiceAccount's Secret")
+        granted = wait_for(token, what="the token controller filling the ServiceAccount's Secret")
+        # A real API server loads admission policies in the background: until the guard is in
+        # force, the identity holds its RBAC rights alone. Wait until it refuses what it must.
+        wait_for(lambda: self._guard_refuses(granted), what="the runtime-access guard in force")
+        return granted
+
+    def _guard_refuses(self, token: str) -> bool:
+        """Whether the guard refuses the identity an unlabelled ConfigMap (a server-side dry run)."""
+        request = urllib.request.Request(
+            f"{self.server.url}/api/v1/namespaces/kyma-system/configmaps?dryRun=All",
+            data=json.dumps({"metadata": {"generateName": "guard-probe-"}}).encode(),
+            method="POST",
+            headers={
+                "Authorization": f"Bearer {token}",
+                "Content-Type": "application/json",
+                "User-Agent": GUARD_PROBE_AGENT,
+            },
+        )
+        context = ssl.create_default_context(cadata=self.server.files.ca_pem.decode())
+        try:
+            with urllib.request.urlopen(request, timeout=10, context=context):
+                return False
+        except urllib.error.HTTPError as exc:
+            return exc.code == 403 and b"ValidatingAdmissionPolicy" in exc.read()
 
     def control_plane_kubeconfig(self) -> dict[str, Any]:
         return self.server.kubeconfig(token=self.grant_control_plane_access(), user=ACCESS_ACCOUNT)
@@ -145,7 +174,9 @@ class Runtime:
         self.admin.close()
 
     def control_plane_requests(self, since: int = 0) -> list[AuditEvent]:
-        return self.server.audit_events(since, user=CONTROL_PLANE_USER)
+        """What the control plane's identity asked of the server (the guard's probes left out)."""
+        events = self.server.audit_events(since, user=CONTROL_PLANE_USER)
+        return [event for event in events if event.user_agent != GUARD_PROBE_AGENT]
 
     def register_crd(self, crd: dict[str, Any]) -> None:
         self.apply(crd)

@@ -24,6 +24,7 @@ class FleetConfig(AppConfig):
         from .models import ModuleConfig
         from .models.rollout import validate_policies
         from .resources import kinds, rollouts  # noqa: F401 - register the document kinds
+        from .rollouts import kymaspec, subjects  # noqa: F401 - register the rollout subjects
         from .services.revisions import moduleconfig_deleted
 
         try:

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterator
+from typing import Any
 
 from django.conf import settings
 from django.db.models import F, Q
 from django.utils import timezone
 
 from fleet.models import Kyma, KymaState, ModuleConfig
-from fleet.models.kyma import SKIP_RECONCILIATION_LABEL
+from fleet.models.kyma import DEFAULT_CHANNEL, SKIP_RECONCILIATION_LABEL
+from fleet.rollouts.planning import Member
 
 
 def kyma_ids_using_module(module_name: str) -> list[int]:
@@ -111,3 +113,24 @@ def kyma_ids_watcher_silent(*, limit: int, batch_size: int = 500) -> Iterator[li
     ids = list(silent[:limit])
     for start in range(0, len(ids), batch_size):
         yield ids[start : start + batch_size]
+
+
+def module_channel_of(kyma_channel: str, modules: Any, module: str) -> str | None:
+    """The channel in which a Kyma's spec enables ``module`` (``None``: it does not)."""
+    for entry in modules or ():
+        if isinstance(entry, dict) and entry.get("name") == module:
+            return entry.get("channel") or kyma_channel or DEFAULT_CHANNEL
+    return None
+
+
+def module_users(module: str, channel: str) -> list[Member]:
+    """Kymas (not being deleted) that enable ``module`` in ``channel``, as rollout members (each
+    with no old target yet: the caller knows it)."""
+    rows = Kyma.objects.filter(deletion_timestamp__isnull=True).values_list(
+        "id", "uid", "labels", "channel", "modules"
+    )
+    return [
+        Member(kyma_id, str(uid), labels or {}, None)
+        for kyma_id, uid, labels, kyma_channel, modules in rows.iterator(chunk_size=2000)
+        if module_channel_of(kyma_channel, modules, module) == channel
+    ]

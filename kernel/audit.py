@@ -35,12 +35,16 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from django.apps import apps
+from django.conf import settings
 from django.contrib.auth.hashers import UNUSABLE_PASSWORD_PREFIX
 from django.contrib.auth.models import Permission
+from django.core.exceptions import ValidationError
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
+from prometheus_client import Counter
 
 from kernel.errors import ApplicationError
 from kernel.models import AuditEntry, IssuedKey
@@ -58,6 +62,20 @@ REDACTED_CHANGED = "<changed, redacted>"
 REDACTED_DISABLED = "<disabled>"  # a password no one can log in with (Django's unusable hash)
 # Fields holding a secret in clear or as a hash (a user's password): shown as set, changed or not set.
 SECRET_NAMES = frozenset({"password"})
+ANONYMOUS = "anonymous"
+
+UNAUTHENTICATED_REFUSALS = Counter(
+    "controlplane_unauthenticated_refusals",
+    "Writes refused because the client was not authenticated (no key, a wrong key, no session), every one; "
+    "the audit trail records at most AUDIT_UNAUTHENTICATED_PER_MINUTE of them a minute.",
+    ["door"],
+)
+UNAUTHENTICATED_UNRECORDED = Counter(
+    "controlplane_unauthenticated_refusals_unrecorded",
+    "Unauthenticated refused writes left out of the audit trail: its per-minute budget "
+    "(AUDIT_UNAUTHENTICATED_PER_MINUTE) was spent.",
+    ["door"],
+)
 
 
 @dataclass(frozen=True)
@@ -92,7 +110,7 @@ def actor_of_request(request: HttpRequest) -> Actor:
     path = request.path
     via = "api" if path.startswith("/api/") else "admin" if path.startswith("/admin/") else "web"
     return Actor(
-        name=(name or "anonymous")[:150],
+        name=(name or ANONYMOUS)[:150],
         credential=credential[:160],
         via=via,
         source=str(request.META.get("REMOTE_ADDR", ""))[:64],
@@ -137,9 +155,70 @@ class AuditMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         token = _REQUEST.set(request)
         try:
-            return self.get_response(request)
+            response = self.get_response(request)
+            if (
+                response.status_code == 403
+                and request.method == "POST"
+                and request.path.startswith("/admin/")
+            ):
+                _record_admin_refusal(request)
+            return response
         finally:
             _REQUEST.reset(token)
+
+
+# An admin URL's name ends with what its view does: ``<app>_<model>_<view>``.
+ADMIN_ACTIONS = {
+    "add": "create",
+    "change": "update",
+    "edit": "update",
+    "delete": "delete",
+    "changelist": "action",
+}
+
+
+def _record_admin_refusal(request: HttpRequest) -> None:
+    """A write the admin refused (403: no permission, outside the scope, a failed CSRF check) is
+    in the trail like a refused API write: who, which object, which action."""
+    match = getattr(request, "resolver_match", None)
+    kind = name = namespace = uid = ""
+    action = "post"
+    if match is not None and match.url_name:
+        app_label, _, rest = str(match.url_name).partition("_")
+        model_name, _, view = rest.rpartition("_")
+        verb = match.kwargs.get("verb")
+        action = str(verb) if verb else ADMIN_ACTIONS.get(view, view or "post")
+        if action == "action":
+            action = str(request.POST.get("action") or "action")
+        try:
+            model = apps.get_model(app_label, model_name)
+        except (LookupError, ValueError):
+            model = None
+        if model is not None:
+            kind = model.__name__
+            object_id = match.kwargs.get("object_id")
+            obj = None
+            if object_id is not None:
+                try:
+                    obj = model._base_manager.filter(pk=object_id).first()
+                except (ValueError, TypeError, ValidationError):
+                    obj = None
+            if obj is not None:
+                kind, namespace, name, uid = identity(obj)
+            elif object_id is not None:
+                name = str(object_id)
+    try:
+        record_refusal(
+            ApplicationError("permission denied"),
+            action=action[:32],
+            kind=kind,
+            namespace=namespace,
+            name=name,
+            uid=uid,
+            actor=actor_of_request(request),
+        )
+    except Exception:  # the answer must go out even if the trail cannot take it now
+        log.exception("could not record a refused admin write in the audit trail")
 
 
 # --- values and diffs -----------------------------------------------------------------------------
@@ -380,6 +459,8 @@ def record_refusal(
     actor = actor or current_actor()
     if actor is None:
         return
+    if actor.name == ANONYMOUS and not unauthenticated_recorded(actor.via):
+        return
     failures = getattr(exc, "failures", None)
     if failures:
         for _, label, failure in failures:
@@ -405,6 +486,19 @@ def record_refusal(
         reason=reason,
         actor=actor,
     )
+
+
+def unauthenticated_recorded(door: str) -> bool:
+    """Count an unauthenticated refusal; whether it goes into the trail: at most
+    ``AUDIT_UNAUTHENTICATED_PER_MINUTE`` a minute across every process (the trail itself is the
+    counter, through its actor index), so nobody without a key can flood it."""
+    UNAUTHENTICATED_REFUSALS.labels(door).inc()
+    since = timezone.now() - dt.timedelta(minutes=1)
+    recent = AuditEntry.objects.filter(actor=ANONYMOUS, at__gte=since).count()
+    if recent < settings.AUDIT_UNAUTHENTICATED_PER_MINUTE:
+        return True
+    UNAUTHENTICATED_UNRECORDED.labels(door).inc()
+    return False
 
 
 def audit_prune(*, older_than: dt.datetime, batch: int = 5000) -> int:

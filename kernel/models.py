@@ -162,6 +162,24 @@ class AuditEntry(models.Model):
     kyma_id = models.BigIntegerField(null=True, blank=True)
     changes = models.JSONField(default=list, blank=True)
 
+    # What an entry shows of itself, in order, wherever it is read (the API, the admin page).
+    SHOWN_FIELDS: ClassVar[tuple[str, ...]] = (
+        "at",
+        "actor",
+        "credential",
+        "via",
+        "source",
+        "forwarded_for",
+        "request",
+        "action",
+        "outcome",
+        "reason",
+        "kind",
+        "namespace",
+        "name",
+        "uid",
+    )
+
     class Meta:
         verbose_name = "audit entry"
         verbose_name_plural = "audit entries"

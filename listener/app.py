@@ -31,6 +31,7 @@ from django.db import DatabaseError, close_old_connections, connection
 
 from kernel.dberrors import database_unavailable
 from kernel.errors import ApplicationError, error_body
+from kernel.outage import Outage
 
 from . import metrics, services
 from .events import MAX_BODY, EventInvalid, parse_body, parse_event
@@ -98,18 +99,18 @@ def authenticate(environ: dict[str, Any]) -> ClientIdentity:
         ) from exc
 
 
-def accept_event(environ: dict[str, Any], contract: str, component: str) -> dict[str, Any]:
+def accept_event(environ: dict[str, Any], contract: str, component: str) -> bytes:
     identity = authenticate(environ)
     body = read_body(environ)
     if contract not in ("v1", "v2"):
         raise EventInvalid(f"unsupported contract version {contract!r}: use v1 or v2")
     if not COMPONENT.match(component):
         raise EventInvalid(f"invalid component {component!r} in the path")
-    services.route_for(component)  # 404 before looking at the body
+    route = services.route_for(component)  # 404 before looking at the body
     event = parse_event(contract, component, body)
-    accepted = services.watch_event_accept(event=event, identity=identity)
+    accepted = services.watch_event_accept(event=event, identity=identity, route=route)
     metrics.TALLY.event(component, accepted.outcome)
-    return accepted.body()
+    return accepted.payload()
 
 
 def accept_heartbeat(environ: dict[str, Any]) -> dict[str, Any]:
@@ -126,7 +127,7 @@ def accept_heartbeat(environ: dict[str, Any]) -> dict[str, Any]:
     return {"status": "ok", "kyma": f"{kyma.namespace}/{kyma.name}"}
 
 
-def route(environ: dict[str, Any]) -> tuple[str, Callable[[], dict[str, Any]]]:
+def route(environ: dict[str, Any]) -> tuple[str, Callable[[], dict[str, Any] | bytes]]:
     """(metrics label, handler) for the request, or an HTTPError (404, 405)."""
     path = environ.get("PATH_INFO", "")
     if match := EVENT_PATH.match(path):
@@ -144,14 +145,14 @@ def route(environ: dict[str, Any]) -> tuple[str, Callable[[], dict[str, Any]]]:
     return label, handler
 
 
-def handle(environ: dict[str, Any]) -> tuple[int, dict[str, Any], list[tuple[str, str]], str]:
+def handle(environ: dict[str, Any]) -> tuple[int, dict[str, Any] | bytes, list[tuple[str, str]], str]:
     status, body, headers, label = _answer(environ)
     if status == 503:
         headers = [*headers, ("Retry-After", f"{settings.LISTENER_RETRY_AFTER:g}")]
     return status, body, headers, label
 
 
-def _answer(environ: dict[str, Any]) -> tuple[int, dict[str, Any], list[tuple[str, str]], str]:
+def _answer(environ: dict[str, Any]) -> tuple[int, dict[str, Any] | bytes, list[tuple[str, str]], str]:
     label = "-"
     try:
         label, handler = route(environ)
@@ -168,7 +169,7 @@ def _answer(environ: dict[str, Any]) -> tuple[int, dict[str, Any], list[tuple[st
         if not database_unavailable(exc):  # a bug, not a busy database
             log.exception("unexpected database error in the listener")
             return 500, error_body("internal error"), [], label
-        log.warning("database unavailable while accepting a request: %s", exc)
+        REQUESTS_OUTAGE.happened(exc)  # one line, then one per growing delay: not one per request
         close_old_connections()
         return 503, error_body("the control plane's database is unavailable; retry"), [], label
     except Exception:
@@ -176,6 +177,9 @@ def _answer(environ: dict[str, Any]) -> tuple[int, dict[str, Any], list[tuple[st
         return 500, error_body("internal error"), [], label
 
 
+REQUESTS_OUTAGE = Outage(
+    log, "listener requests", first=1.0, most=30.0, doing="answering 503 with Retry-After"
+)
 _LOCAL = threading.local()
 
 
@@ -196,6 +200,9 @@ def _give_back_connection() -> None:
         connection.close()
 
 
+_STATUS_LINES = {status.value: f"{status.value} {status.phrase}" for status in HTTPStatus}
+
+
 def application(environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
     started = time.perf_counter()
     metrics.TALLY.begin()
@@ -203,9 +210,9 @@ def application(environ: dict[str, Any], start_response: StartResponse) -> list[
     try:
         _tidy_connections()
         status, body, headers, label = handle(environ)
-        payload = json.dumps(body, separators=(",", ":")).encode()
+        payload = body if type(body) is bytes else json.dumps(body, separators=(",", ":")).encode()
         start_response(
-            f"{status} {HTTPStatus(status).phrase}",
+            _STATUS_LINES[status],
             [("Content-Type", "application/json"), ("Content-Length", str(len(payload))), *headers],
         )
     finally:

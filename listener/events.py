@@ -79,16 +79,38 @@ class WatchEvent:
 _GO_FOLDS = str.maketrans({"\u017f": "s", "\u212a": "k"})
 
 
+def _spellings(names: tuple[str, ...]) -> dict[str, str]:
+    """Exact spellings of ``names`` that need no folding: as given (ours), capitalised
+    (upstream's Go ``types.NamespacedName``) and in lower case."""
+    found: dict[str, str] = {}
+    for name in names:
+        for spelling in (name, name[:1].upper() + name[1:], name.lower()):
+            found.setdefault(spelling, name)
+    return found
+
+
+_SPELLINGS: dict[tuple[str, ...], tuple[dict[str, str], dict[str, str]]] = {}
+
+
 def fields(value: dict[str, Any], names: tuple[str, ...], where: str) -> dict[str, Any]:
     """The members of ``value`` named by ``names``, matched as Go's ``encoding/json`` matches a
-    struct's fields: case-insensitively. Keys are the canonical names; others are ignored."""
-    wanted = {name.lower(): name for name in names}
+    struct's fields: case-insensitively. Keys are the canonical names; others are ignored.
+
+    The spellings senders use (:func:`_spellings`) are looked up as they are; only another
+    spelling is folded, so the check costs one dictionary lookup per field in the common case
+    (``bench/listener_checks.py``), with the same result."""
+    known = _SPELLINGS.get(names)
+    if known is None:
+        known = _SPELLINGS[names] = (_spellings(names), {name.lower(): name for name in names})
+    exact, wanted = known
     found: dict[str, Any] = {}
     for key, item in value.items():
-        folded = key.translate(_GO_FOLDS)
-        name = wanted.get(folded.lower()) if folded.isascii() else None
+        name = exact.get(key)
         if name is None:
-            continue
+            folded = key.translate(_GO_FOLDS)
+            name = wanted.get(folded.lower()) if folded.isascii() else None
+            if name is None:
+                continue
         if name in found:
             raise EventInvalid(f"{where}{name} is given twice (field names are case-insensitive)")
         found[name] = item

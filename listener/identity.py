@@ -18,6 +18,7 @@ import contextlib
 import datetime as dt
 import functools
 import ipaddress
+import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -27,11 +28,16 @@ from urllib.parse import unquote_plus
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 from django.conf import settings
+from django.db import DatabaseError
 
+from kernel.dberrors import database_unavailable
+from kernel.outage import Outage
 from pki import crypto
-from pki.services import ca_bundle_pem
+from pki.selectors import ca_bundle_pem
 
 XFCC_LIMIT = 32 * 1024
+
+log = logging.getLogger(__name__)
 
 
 class IdentityError(Exception):
@@ -51,7 +57,13 @@ class ClientIdentity:
     certificate_pem: str
 
     def has_san(self, name: str) -> bool:
-        return bool(name) and name.lower() in (n.lower() for n in self.dns_names)
+        return bool(name) and name.lower() in self._sans
+
+    @functools.cached_property
+    def _sans(self) -> frozenset[str]:
+        """The SANs in lower case, made once per identity (an identity serves a connection's
+        every event)."""
+        return frozenset(n.lower() for n in self.dns_names)
 
 
 def _identity(cert: x509.Certificate) -> ClientIdentity:
@@ -170,18 +182,34 @@ def trusted_proxy(address: str) -> bool:
 
 
 class TrustStore:
-    """The CA bundle from the database, refreshed every few seconds (a rotation reaches it fast)."""
+    """The CA bundle from the database, refreshed every few seconds (a rotation reaches it fast).
+
+    While the database is away the bundle last read stays in use (new connections of known
+    runtimes are still verified, their events still queued), and it is read again with a growing
+    delay, one log line per try (:class:`kernel.outage.Outage`)."""
 
     def __init__(self, ttl: float) -> None:
         self.ttl = ttl
         self._lock = threading.Lock()
         self._loaded_at = float("-inf")
+        self._wait = ttl
         self._authorities: list[x509.Certificate] = []
+        self._outage = Outage(
+            log, "listener CA bundle", first=ttl, most=60.0, doing="using the bundle read last"
+        )
 
     def authorities(self) -> list[x509.Certificate]:
         with self._lock:
-            if time.monotonic() - self._loaded_at > self.ttl:
-                self._authorities = crypto.load_certificates(ca_bundle_pem())
+            if time.monotonic() - self._loaded_at > self._wait:
+                try:
+                    self._authorities = crypto.load_certificates(ca_bundle_pem())
+                except DatabaseError as exc:
+                    if not (self._authorities and database_unavailable(exc)):
+                        raise
+                    self._wait = self._outage.failed(exc)
+                else:
+                    self._wait = self.ttl
+                    self._outage.recovered()
                 self._loaded_at = time.monotonic()
             return self._authorities
 

@@ -124,7 +124,8 @@ class Tally:
             if self._pid != os.getpid():  # first request of this process (or of a forked child)
                 self._pid = os.getpid()
                 threading.Thread(target=self._flush_when_idle, name="metrics-flush", daemon=True).start()
-            self._idle.set()
+            if not self._idle.is_set():  # a flush is due already: no wake-up to send
+                self._idle.set()
 
     def _flush_when_idle(self) -> None:
         while True:

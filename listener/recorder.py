@@ -9,7 +9,8 @@ and counted (the events themselves were already enqueued; only the inspection re
 It cannot be poisoned: text no database stores (a NUL, a lone surrogate) is written as U+FFFD,
 and a row the database refuses anyway is written alone, logged once with the reason and dropped,
 so the rest of its batch, and every later batch, is written. Only a database that is unavailable
-(``kernel.dberrors``) puts a batch back to be tried again.
+(``kernel.dberrors``) puts a batch back to be tried again: the outage is logged once, then one
+line per try, the tries further apart each time (up to ``RETRY_MAX`` s; :class:`kernel.outage.Outage`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from django.db import close_old_connections, transaction
 
 from kernel.dberrors import database_unavailable
 from kernel.documents.nesting import storable
+from kernel.outage import Outage
 
 from .events import WatchEvent
 from .metrics import RECORDS_DROPPED
@@ -32,6 +34,8 @@ log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL = 0.25
 BUFFER_LIMIT = 20_000
+# Longest wait between two tries to write while the database is away (seconds).
+RETRY_MAX = 5.0
 
 Key = tuple[int, str, str, str, str, str, str, str, str]
 
@@ -74,12 +78,26 @@ class EventRecorder:
 
     def _run(self) -> None:
         stop = threading.Event()
-        while not stop.wait(FLUSH_INTERVAL):
+        outage = Outage(
+            log,
+            "event records",
+            first=FLUSH_INTERVAL * 2,
+            most=RETRY_MAX,
+            doing=f"kept in memory (up to {BUFFER_LIMIT:,} groups) until it answers",
+        )
+        delay = FLUSH_INTERVAL
+        while not stop.wait(delay):
+            delay = FLUSH_INTERVAL
             try:
                 self.flush()
-            except Exception:
-                log.exception("writing watch event records failed; will retry")
+            except Exception as exc:
                 close_old_connections()
+                if database_unavailable(exc):  # one line per try, the tries further apart
+                    delay = outage.failed(exc)
+                else:
+                    log.exception("writing watch event records failed; will retry")
+                continue
+            outage.recovered()
 
     def flush(self) -> int:
         """Insert what is buffered; returns the number of rows written."""

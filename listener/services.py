@@ -9,6 +9,8 @@ by a worker, with retries. The answer is 200 only once the reconcile or forward 
 from __future__ import annotations
 
 import datetime as dt
+import functools
+import json
 import re
 import threading
 import time
@@ -170,21 +172,37 @@ class Accepted:
         return {
             "status": "accepted",
             "kyma": f"{self.kyma.namespace}/{self.kyma.name}",
-            "outcome": self.outcome,
+            "outcome": str(self.outcome),
         }
+
+    def payload(self) -> bytes:
+        """:meth:`body` as the answer's bytes (a few shapes per Kyma: each encoded once)."""
+        return _accepted_payload(self.kyma.namespace, self.kyma.name, str(self.outcome))
+
+
+@functools.lru_cache(maxsize=4096)
+def _accepted_payload(namespace: str, name: str, outcome: str) -> bytes:
+    body = {"status": "accepted", "kyma": f"{namespace}/{name}", "outcome": outcome}
+    return json.dumps(body, separators=(",", ":")).encode()
 
 
 # Names, namespaces, groups and kinds as Kubernetes spells them (the reconcile puts them in a path).
 K8S_TOKEN = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9.]{0,251}[A-Za-z0-9])?$|^$")
 
 
+@functools.lru_cache(maxsize=4096)
+def _storable_names(*parts: str) -> bool:
+    """Whether each part is spelled as Kubernetes spells names, namespaces, groups and kinds; a
+    runtime's events name the same few objects, so each spelling is checked once."""
+    return all(K8S_TOKEN.match(part) for part in parts)
+
+
 def stored_change(event: WatchEvent) -> queue.StoredChange | None:
     """The change the event reported, as the reconcile checks it in the runtime (``None``: the
     event did not say; the reconcile then starts after ``LISTENER_RECONCILE_DELAY``)."""
     change = event.change
-    if change is None or not all(
-        K8S_TOKEN.match(part)
-        for part in (event.watched.namespace, event.watched.name, event.group, event.kind)
+    if change is None or not _storable_names(
+        event.watched.namespace, event.watched.name, event.group, event.kind
     ):
         return None  # not a name the runtime could have stored: nothing to check, keep the delay
     api_version = f"{event.group}/{event.version}" if event.group else event.version
@@ -199,10 +217,13 @@ def stored_change(event: WatchEvent) -> queue.StoredChange | None:
     )
 
 
-def watch_event_accept(*, event: WatchEvent, identity: ClientIdentity) -> Accepted:
-    """Route an accepted event; raises NotFound (404), Forbidden (403), QueueUnavailable (503)."""
+def watch_event_accept(
+    *, event: WatchEvent, identity: ClientIdentity, route: Route | None = None
+) -> Accepted:
+    """Route an accepted event; raises NotFound (404), Forbidden (403), QueueUnavailable (503).
+    ``route``: the event's component's, when the caller looked it up already."""
     received_at = timezone.now()  # before the claim: a reconcile covering this event starts later
-    route = route_for(event.component)
+    route = route or route_for(event.component)
     owner = (event.owner.namespace, event.owner.name) if event.owner else None
     kyma = runtime_for(owner, identity)
     if event.component == settings.LISTENER_RECONCILE_COMPONENT:

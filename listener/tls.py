@@ -24,6 +24,8 @@ from pathlib import Path
 from django.conf import settings
 from django.db import close_old_connections
 
+from kernel.dberrors import database_unavailable
+from kernel.outage import Outage
 from pki import services
 
 log = logging.getLogger(__name__)
@@ -108,11 +110,18 @@ class ListenerTLS:
     def start(self, interval: float) -> None:
         def loop() -> None:
             stop = threading.Event()
+            outage = Outage(
+                log, "listener TLS refresh", first=interval, most=interval, doing="keeping the current one"
+            )
             while not stop.wait(interval):
                 try:
                     self.refresh()
-                except Exception:
-                    log.exception("refreshing the listener TLS material failed; keeping the current one")
+                    outage.recovered()
+                except Exception as exc:
+                    if database_unavailable(exc):
+                        outage.failed(exc)
+                    else:
+                        log.exception("refreshing the listener TLS material failed; keeping the current one")
                 finally:
                     close_old_connections()
 

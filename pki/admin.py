@@ -74,7 +74,7 @@ class CertificateAuthorityAdmin(AuditHistoryMixin, ReadOnlyAdmin):
         now = timezone.now()
         if ca.is_expired(now):
             return state_badge("Error", "expired")
-        issuing, serving = services.issuing_authority(now), services.serving_authority(now)
+        issuing, serving = selectors.issuing_authority(now), selectors.serving_authority(now)
         roles = [
             name
             for name, other in (("issuing", issuing), ("serving", serving))

@@ -7,7 +7,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 from rest_framework import serializers, viewsets
 
-from . import selectors, services
+from . import selectors
 from .models import Certificate, CertificateAuthority, CertificatePurpose, CertificateStatus
 
 
@@ -35,7 +35,7 @@ class CertificateAuthoritySerializer(serializers.ModelSerializer):
         now = timezone.now()
         if ca.is_expired(now):
             return "expired"
-        issuing, serving = services.issuing_authority(now), services.serving_authority(now)
+        issuing, serving = selectors.issuing_authority(now), selectors.serving_authority(now)
         roles = [
             name
             for name, other in (("issuing", issuing), ("serving", serving))

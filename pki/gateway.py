@@ -42,7 +42,7 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 from fleet.k8s.client import RuntimeAPIError, RuntimeClient
 from fleet.k8s.incluster import in_cluster_client
 
-from . import crypto, services
+from . import crypto, selectors, services
 from .models import GatewaySecretState
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ def desired_secret(now: dt.datetime | None = None) -> dict[str, Any]:
     return credential_secret(
         cert=cert.certificate_pem.encode(),
         key=cert.private_key.reveal_bytes(),
-        ca_bundle=services.ca_bundle_pem(now),
+        ca_bundle=selectors.ca_bundle_pem(now),
     )
 
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 
-from . import selectors, services
+from . import selectors
 from .models import CertificatePurpose, CertificateStatus, GatewaySecretState
 
 EXPIRING_WITHIN = dt.timedelta(days=7)
@@ -40,8 +40,8 @@ def collect() -> Iterator[GaugeMetricFamily]:
         "Expiry of each trusted CA",
         labels=["fingerprint", "role"],
     )
-    issuing, serving = services.issuing_authority(now), services.serving_authority(now)
-    for ca in services.bundle_authorities(now):
+    issuing, serving = selectors.issuing_authority(now), selectors.serving_authority(now)
+    for ca in selectors.bundle_authorities(now):
         role = (
             "issuing"
             if issuing and ca.pk == issuing.pk

@@ -38,7 +38,7 @@ from kernel.errors import ApplicationError
 from kernel.sealing import Sealed
 from kernel.timefmt import rfc3339
 
-from . import crypto
+from . import crypto, selectors
 from .models import Certificate, CertificateAuthority, CertificatePurpose
 
 log = logging.getLogger(__name__)
@@ -95,32 +95,6 @@ def _now(now: dt.datetime | None) -> dt.datetime:
 def _mutex() -> None:
     """Serialize CA changes across processes (a row lock held until the transaction ends)."""
     RevisionCounter.next("pki-mutex")
-
-
-# --- reads -------------------------------------------------------------------------------------
-
-
-def bundle_authorities(now: dt.datetime | None = None) -> list[CertificateAuthority]:
-    """The CAs everyone trusts now: every CA that joined and has not expired, newest first."""
-    now = _now(now)
-    return list(CertificateAuthority.objects.filter(not_after__gt=now, joined_bundle_at__lte=now))
-
-
-def issuing_authority(now: dt.datetime | None = None) -> CertificateAuthority | None:
-    authorities = bundle_authorities(now)
-    return authorities[0] if authorities else None
-
-
-def serving_authority(now: dt.datetime | None = None) -> CertificateAuthority | None:
-    """The CA whose certificate the listener presents: the newest one past its grace period."""
-    now = _now(now)
-    authorities = bundle_authorities(now)
-    serving = [ca for ca in authorities if ca.serving_from <= now]
-    return serving[0] if serving else (authorities[-1] if authorities else None)
-
-
-def ca_bundle_pem(now: dt.datetime | None = None) -> bytes:
-    return b"".join(ca.certificate_pem.encode() for ca in bundle_authorities(now))
 
 
 def keypair(material: CertificateAuthority | Certificate) -> crypto.KeyPair:
@@ -221,7 +195,7 @@ def ca_bootstrap(
     """Make sure a usable CA exists (idempotent). Returns (issuing CA, created)."""
     now = _now(now)
     _mutex()
-    current = issuing_authority(now)
+    current = selectors.issuing_authority(now)
     if current is not None and import_cert_pem is None:
         return current, False
     if import_cert_pem is not None:
@@ -266,7 +240,7 @@ def ca_rotate(*, now: dt.datetime | None = None) -> CertificateAuthority:
     """Start a CA rotation (see the module docstring)."""
     now = _now(now)
     _mutex()
-    current = issuing_authority(now)
+    current = selectors.issuing_authority(now)
     if current is None:
         return ca_bootstrap(now=now)[0]
     ca = _rotate_to(_new_ca(now), now=now, imported=False)
@@ -276,7 +250,7 @@ def ca_rotate(*, now: dt.datetime | None = None) -> CertificateAuthority:
 
 def ca_rotation_due(now: dt.datetime | None = None) -> bool:
     now = _now(now)
-    issuing = issuing_authority(now)
+    issuing = selectors.issuing_authority(now)
     return issuing is None or issuing.not_after - now <= policy().ca_rotate_before
 
 
@@ -328,14 +302,6 @@ def _require_identity(kyma: Kyma) -> None:
         raise PKIError(f"Kyma {kyma.key} has no runtime id: its watcher certificate needs it as CN")
 
 
-def _current_runtime_certificate(kyma: Kyma) -> Certificate | None:
-    return (
-        Certificate.objects.select_related("issuer")
-        .filter(kyma=kyma, purpose=CertificatePurpose.RUNTIME, superseded_at__isnull=True)
-        .first()
-    )
-
-
 def certificate_is_current(cert: Certificate | None, kyma: Kyma, now: dt.datetime) -> bool:
     """Usable as is: not due, from a CA still in the bundle, naming this Kyma as it is now."""
     return (
@@ -352,7 +318,7 @@ def certificate_issue_for_kyma(*, kyma: Kyma, now: dt.datetime | None = None) ->
     """Issue a fresh runtime certificate for ``kyma`` and supersede the previous one."""
     now = _now(now)
     _require_identity(kyma)
-    ca = issuing_authority(now) or ca_bootstrap(now=now)[0]
+    ca = selectors.issuing_authority(now) or ca_bootstrap(now=now)[0]
     list(
         Kyma.objects.select_for_update().filter(pk=kyma.pk).values_list("pk")
     )  # one issuer per Kyma at a time
@@ -375,7 +341,7 @@ def certificate_for_kyma(*, kyma: Kyma, now: dt.datetime | None = None) -> Certi
     """The Kyma's current runtime certificate, issued or renewed when needed."""
     now = _now(now)
     _require_identity(kyma)
-    current = _current_runtime_certificate(kyma)
+    current = selectors.current_runtime_certificate(kyma)
     if certificate_is_current(current, kyma, now):
         return current  # type: ignore[return-value]
     return certificate_issue_for_kyma(kyma=kyma, now=now)
@@ -384,7 +350,7 @@ def certificate_for_kyma(*, kyma: Kyma, now: dt.datetime | None = None) -> Certi
 def certificates_issue_bulk(*, kymas: Sequence[Kyma], now: dt.datetime | None = None) -> int:
     """Issue runtime certificates for many Kymas in few transactions (first issue, rotations)."""
     now = _now(now)
-    ca = issuing_authority(now) or ca_bootstrap(now=now)[0]
+    ca = selectors.issuing_authority(now) or ca_bootstrap(now=now)[0]
     ca_pair = keypair(ca)
     rules = policy()
     issued = 0
@@ -410,24 +376,13 @@ def certificates_issue_bulk(*, kymas: Sequence[Kyma], now: dt.datetime | None = 
     return issued
 
 
-def certificates_due(now: dt.datetime | None = None, limit: int | None = None) -> list[int]:
-    """Ids of Kymas whose runtime certificate must be renewed now (oldest deadline first)."""
-    now = _now(now)
-    due = (
-        Certificate.objects.filter(
-            purpose=CertificatePurpose.RUNTIME, superseded_at__isnull=True, renew_after__lte=now
-        )
-        .order_by("renew_after")
-        .values_list("kyma_id", flat=True)
-    )
-    return list(due[:limit] if limit else due)
-
-
 def certificates_renew_due(*, now: dt.datetime | None = None, limit: int | None = None) -> list[int]:
     """Renew due runtime certificates; returns the Kymas whose runtime must get the new Secret."""
     now = _now(now)
     renewed = []
-    for kyma in Kyma.objects.filter(pk__in=certificates_due(now, limit or settings.PKI_RENEW_BATCH)):
+    for kyma in Kyma.objects.filter(
+        pk__in=selectors.certificates_due(now, limit or settings.PKI_RENEW_BATCH)
+    ):
         try:
             certificate_issue_for_kyma(kyma=kyma, now=now)
         except PKIError as exc:
@@ -451,7 +406,7 @@ def listener_certificate(*, now: dt.datetime | None = None, force: bool = False)
         .filter(purpose=CertificatePurpose.LISTENER, superseded_at__isnull=True)
         .first()
     )
-    serving = serving_authority(now)
+    serving = selectors.serving_authority(now)
     if (
         not force
         and current is not None
@@ -486,7 +441,7 @@ def listener_certificate(*, now: dt.datetime | None = None, force: bool = False)
 def runtime_secret_data(cert: Certificate, *, now: dt.datetime | None = None) -> dict[str, bytes]:
     """The three files of a runtime's ``skr-webhook-tls`` Secret."""
     return {
-        "ca.crt": ca_bundle_pem(now),
+        "ca.crt": selectors.ca_bundle_pem(now),
         "tls.crt": cert.certificate_pem.encode(),
         "tls.key": cert.private_key.reveal_bytes(),
     }
@@ -496,4 +451,4 @@ def listener_material() -> tuple[bytes, bytes, bytes]:
     """(certificate, key, CA bundle) the listener serves with now, issued if needed."""
     ca_bootstrap()
     cert = listener_certificate()
-    return cert.certificate_pem.encode(), cert.private_key.reveal_bytes(), ca_bundle_pem()
+    return cert.certificate_pem.encode(), cert.private_key.reveal_bytes(), selectors.ca_bundle_pem()

@@ -29,6 +29,7 @@ from typing import Any
 from django.conf import settings
 
 from kernel.documents import schema
+from kernel.documents.selectors import selects
 
 from .models import MANAGED_BY_LABEL, Watcher
 
@@ -106,28 +107,6 @@ def resource_name(watcher: Watcher) -> str:
     digest = hashlib.sha256(f"{watcher.namespace}/{watcher.name}".encode()).hexdigest()[:8]
     stem = re.sub(r"[^a-z0-9-]+", "-", watcher.name.lower())[: MAX_NAME - len(digest) - 1].strip("-")
     return f"{stem}-{digest}" if stem else f"watcher-{digest}"
-
-
-def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    """Kubernetes label-selector semantics: every ``matchLabels`` pair and expression must hold.
-
-    An empty selector matches everything, as in Kubernetes.
-    """
-    for key, value in (selector.get("matchLabels") or {}).items():
-        if labels.get(key) != value:
-            return False
-    for expression in selector.get("matchExpressions") or []:
-        key, operator, values = expression["key"], expression["operator"], expression.get("values") or []
-        present = key in labels
-        if operator == "In" and not (present and labels[key] in values):
-            return False
-        if operator == "NotIn" and present and labels[key] in values:
-            return False
-        if operator == "Exists" and not present:
-            return False
-        if operator == "DoesNotExist" and present:
-            return False
-    return True
 
 
 def gateway(
@@ -228,7 +207,7 @@ def virtual_services(
     reference, hosts = gateway_reference(gateway_doc), gateway_hosts(gateway_doc)
     routed, unbound = [], []
     for watcher in sorted(watchers, key=lambda w: (w.namespace, w.name)):
-        if selector_matches(watcher.gateway_or_default["selector"], labels):
+        if selects(watcher.gateway_or_default["selector"], labels):
             routed.append(virtual_service(watcher, gateway=reference, hosts=hosts))
         else:
             unbound.append(watcher)

@@ -38,7 +38,7 @@ def post_worker_init(worker: object) -> None:
     hold the graceful shutdown for ``graceful_timeout`` (its manager resumes from its revision)."""
     import signal
 
-    from fleet.api.watch import HUB
+    from console.api.watch import HUB
 
     def stop(sig: int, frame: object) -> None:
         HUB.shutdown()

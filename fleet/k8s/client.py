@@ -374,11 +374,15 @@ class RuntimeClient:
             return False
         return True
 
-    def ensure_namespace(self, name: str) -> bool:
-        """Create the namespace when missing; True when it was created. One round trip, an apply
-        of just its name (201 when it created it): unlike a create, the runtime's RBAC can allow
-        it for this one name (``fleet.reconciler.access``), and it changes nothing that exists."""
-        return self.apply_created({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})[1]
+    def ensure_namespace(self, name: str, labels: dict[str, str]) -> bool:
+        """Create the namespace when missing; True when it was created. An existing one is only
+        read, never written: the runtime's guard refuses the control plane any change of the
+        namespaces it runs in (``reconciler.access``). The create is an apply of just its name
+        and ``labels``, which the runtime's RBAC can allow for this one name, unlike a POST."""
+        if self.get("v1", "Namespace", name) is not None:
+            return False
+        doc = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+        return self.apply_created(doc)[1]
 
 
 class ClientCache:

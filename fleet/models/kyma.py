@@ -153,14 +153,14 @@ class Kyma(NamespacedResourceModel):
     lease_until = models.DateTimeField(null=True, blank=True)
     error_streak = models.PositiveIntegerField(default=0)
 
-    # What the reconciler last synced with the runtime (see fleet.reconciler).
+    # What the reconciler last synced with the runtime (see reconciler).
     runtime_kyma_generation = models.BigIntegerField(default=0, editable=False)
     pushed_generation = models.BigIntegerField(default=0, editable=False)
     applied_watchers = models.JSONField(default=list, blank=True, editable=False)
     # The runtime-watcher settings this runtime gets (a RuntimeWatcherSettings digest; empty: the
     # fleet's, set by its next reconcile). A rollout of new settings moves it wave by wave.
     watcher_settings = models.CharField(max_length=64, blank=True, editable=False, db_index=True)
-    # Runtime objects whose check can wait (fleet.reconciler.apply): "apiVersion|kind|ns|name" ->
+    # Runtime objects whose check can wait (reconciler.apply): "apiVersion|kind|ns|name" ->
     # [content hash, epoch seconds when seen holding it]; shared by every worker, written with the status.
     runtime_verified = models.JSONField(default=dict, blank=True, editable=False)
 

@@ -3,7 +3,7 @@
 The control plane applies SyncResources with its own identity in each runtime, shared by every
 module, so without a policy one module team could push a ClusterRoleBinding or a webhook into
 every runtime wherever that identity may write. The rule (which also decides the module's part of
-the runtime's RBAC, ``fleet.reconciler.access``):
+the runtime's RBAC, ``reconciler.access``):
 
 * a **namespaced** kind is allowed in the module's namespaces (``Module.manifest_namespaces``;
   empty means the namespace of the module's CR, e.g. ``kyma-system``);

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any, ClassVar
 
 from django.core.exceptions import ValidationError
@@ -163,6 +164,22 @@ class Module(ResourceModel):
     def clean(self) -> None:
         if self.cr_kind and not self.cr_kind[:1].isupper():
             raise ValidationError({"cr_kind": "a kind starts with an upper-case letter (e.g. Keda)"})
+
+    def default_cr_object(self) -> dict[str, Any]:
+        """The module's default CR as a whole object: what the control plane creates in a runtime
+        (under policy CreateAndDelete, with its own labels added) and a ModuleTemplate's ``data``."""
+        default = copy.deepcopy(self.default_cr or {})
+        metadata = default.get("metadata") or {}
+        return {
+            "apiVersion": self.cr_api_version,
+            "kind": self.cr_kind,
+            "metadata": {
+                "name": metadata.get("name") or self.cr_name,
+                "namespace": metadata.get("namespace") or self.cr_namespace,
+                **{key: metadata[key] for key in ("labels", "annotations") if metadata.get(key)},
+            },
+            "spec": default.get("spec") or {},
+        }
 
     @property
     def cr_api_version(self) -> str:

@@ -20,7 +20,7 @@ every one before it reads. A change added after the task started goes with the n
 And it says how much the task must read (:data:`FULL`): a reconcile whose requests all said what
 changed (events that named their change, a module manager's SyncResource) need only read that;
 any other request (an event that did not say, a user's "reconcile now", a job) asks the task to
-read everything (see :mod:`fleet.reconciler.engine`). Coalesced requests keep the widest ask.
+read everything (see :mod:`reconciler.engine`). Coalesced requests keep the widest ask.
 """
 
 from __future__ import annotations

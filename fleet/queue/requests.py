@@ -13,7 +13,7 @@ the webhook answered); the starting task then waits until that time.
 *Control-plane requests* (``urgent``: a user's edit, a SyncResource or ModuleConfig written by a
 module manager) are not held back by the reconcile before them (``RECONCILE_MIN_SPACING`` bounds
 runtimes that keep changing, not the control plane; such a reconcile may be the second within a
-spacing, not the third, see :mod:`fleet.reconciler.run`). They coalesce into a queued task only
+spacing, not the third, see :mod:`reconciler.run`). They coalesce into a queued task only
 when they claim the mark; when a task is queued already (maybe deferred by the spacing), they
 publish one more *unmarked* task that leaves the mark to the queued one. A second mark per Kyma
 (:meth:`.marks.ReconcileFlags.claim_urgent`) coalesces those unmarked tasks the same way: at most
@@ -41,7 +41,7 @@ and retry (taking worker time from other Kymas); the task still checks the spaci
 queued already, marks the Kyma *busy* for a while (``marks.BUSY_FOR``; with Redis marks): its
 runtime keeps changing. Tasks of busy Kymas (the event's, and the
 control plane's answers to it, e.g. a module manager's SyncResource) carry ``busy`` and share
-a few slots of each worker process (``RECONCILE_BUSY_SLOTS``, :mod:`fleet.reconciler.run`); when
+a few slots of each worker process (``RECONCILE_BUSY_SLOTS``, :mod:`reconciler.run`); when
 none is free they wait, holding their mark, so events meanwhile coalesce into them. So a storm of
 edits in many runtimes neither queues nor slows down a quiet runtime's reconcile.
 
@@ -72,10 +72,10 @@ log = logging.getLogger(__name__)
 
 RECONCILE_TASK = "controlplane.kyma_reconcile"
 # The reason of beat's sweep. A reconcile queued only for it may trust the runtime watcher's events
-# for what they cover (see ``fleet.reconciler.engine``); any other reason reads everything.
+# for what they cover (see ``reconciler.engine``); any other reason reads everything.
 PERIODIC_REASON = "periodic"
 # A claim whose task is due this much later than asked was held back by the spacing: the runtime
-# keeps changing (its task is *busy*, see fleet.reconciler.run).
+# keeps changing (its task is *busy*, see reconciler.run).
 BUSY_MARGIN = 0.01
 # With this many messages waiting or more, the workers are behind: an overdue mark's task is most
 # likely among them, and copies of thousands of tasks would only lengthen the backlog. (Beat's own
@@ -131,7 +131,7 @@ def kyma_reconcile_request(
     request is ``urgent`` (made by the control plane: see the module docstring).
     ``full``: the reconcile reads everything in the runtime, also what no event said changed (a
     queued task it joins does too). ``full=False`` is for requests whose change the control plane
-    holds (a module manager's SyncResource, beat's sweep): see :mod:`fleet.reconciler.engine`.
+    holds (a module manager's SyncResource, beat's sweep): see :mod:`reconciler.engine`.
     ``countdown`` delays the task (requests meanwhile coalesce into it). Inside a transaction the
     request waits for the commit (a worker must see what was written); a publish error then
     surfaces in the log, not to the caller.

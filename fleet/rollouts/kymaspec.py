@@ -102,7 +102,7 @@ class KymaSpecSubject(Subject):
         kyma.channel, kyma.modules = channel, modules
         try:
             with transaction.atomic():
-                kyma_services.kyma_save(kyma)
+                kyma_services.kyma_save(kyma=kyma)
         except ApplicationError:  # one Kyma's spec refused must not stop the wave: it fails there
             kyma.refresh_from_db()
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from django.db.models import Count
+from django.db.models import Count, QuerySet
 from django.utils import timezone
 
 from fleet.models import Kyma, Module, Rollout, RolloutEvent, RolloutState, RolloutTarget, TargetState
@@ -216,9 +217,14 @@ class RolloutRow:
         return round(100 * self.changed / runtimes) if runtimes else 100
 
 
-def rollouts_under_way(limit: int = 10) -> list[RolloutRow]:
-    """Rollouts still going (running, paused, halted), halted ones first (two queries)."""
-    rollouts = list(Rollout.objects.filter(state__in=ACTIVE_STATES).order_by("-created_at")[:limit])
+def rollouts_under_way(
+    limit: int = 10, narrow: Callable[[QuerySet], QuerySet] | None = None
+) -> list[RolloutRow]:
+    """Rollouts still going (running, paused, halted), halted ones first (two queries); ``narrow``
+    keeps those a viewer may see."""
+    queryset = Rollout.objects.filter(state__in=ACTIVE_STATES)
+    queryset = narrow(queryset) if narrow is not None else queryset
+    rollouts = list(queryset.order_by("-created_at")[:limit])
     order = {RolloutState.HALTED: 0, RolloutState.PAUSED: 1, RolloutState.PROGRESSING: 2}
     rollouts.sort(key=lambda r: order.get(r.state, 3))
     changed = dict(

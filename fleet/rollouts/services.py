@@ -42,6 +42,17 @@ class Change:
     policy: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class ByHand:
+    """A rollout made by hand: its name, waves and gate (in place of the policy's) and who made it.
+    It goes out even to one runtime."""
+
+    name: str
+    waves: list[dict[str, Any]] | None
+    gate: dict[str, Any] | None
+    user: Any
+
+
 def event(rollout: Rollout, kind: str, text: str, wave: int | None = None) -> None:
     RolloutEvent.objects.create(rollout=rollout, kind=kind, text=text[:2000], wave=wave)
 

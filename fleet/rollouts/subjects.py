@@ -2,7 +2,7 @@
 
 A new version of ``keda`` in channel ``regular`` concerns every Kyma that enables keda in that
 channel (its own, else the Kyma's). When there are more than one, the new version goes out in a
-rollout (:func:`module_versions_changed`, from ``module_save``), with the policy of
+rollout (``fleet.services.modules.version_change``, from ``module_save``), with the policy of
 ``ROLLOUT_POLICY["ModuleVersion"]`` and the module's own ``spec.rolloutPolicy`` over it. The mark on
 ``Module.rollout_holds`` keeps the old version for runtimes whose wave has not started; a runtime
 is judged from its Kyma's ``status.modules`` entry of the module: the new version Ready (its
@@ -14,7 +14,6 @@ for ever, since a Waiting runtime has no time limit.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -22,16 +21,15 @@ from django.utils import timezone
 
 from fleet import maintenance
 from fleet.models import Kyma, KymaState, Module, Rollout, RolloutKind, RolloutTarget
-from fleet.models.kyma import DEFAULT_CHANNEL
-from fleet.models.module import VERSION
-from fleet.models.rollout import effective_policy
+from fleet.models.kyma import CHANNEL_SCHEMA
+from fleet.models.module import VERSION_SCHEMA
+from fleet.selectors import module_channel_of, module_users
+from fleet.services.modules import module_save
 from kernel.documents import schema
 from kernel.errors import ValidationFailed
-from kernel.services import resource_save, stored_spec
 
 from .kinds import NOT_YET, Subject, Verdict, reconciled_since, register
-from .planning import Member
-from .services import Change, rollout_start
+from .services import ByHand, holding
 
 
 def module_channel(subject: str) -> tuple[str, str]:
@@ -39,24 +37,17 @@ def module_channel(subject: str) -> tuple[str, str]:
     return module, channel
 
 
-def uses(kyma_channel: str, modules: Any, module: str) -> str | None:
-    """The channel in which a Kyma's spec enables ``module`` (``None``: it does not)."""
-    for entry in modules or ():
-        if isinstance(entry, dict) and entry.get("name") == module:
-            return entry.get("channel") or kyma_channel or DEFAULT_CHANNEL
-    return None
-
-
-def module_users(module: str, channel: str) -> list[Member]:
-    """Kymas (not being deleted) that enable ``module`` in ``channel``."""
-    rows = Kyma.objects.filter(deletion_timestamp__isnull=True).values_list(
-        "id", "uid", "labels", "channel", "modules"
-    )
-    return [
-        Member(kyma_id, str(uid), labels or {}, None)
-        for kyma_id, uid, labels, kyma_channel, modules in rows.iterator(chunk_size=2000)
-        if uses(kyma_channel, modules, module) == channel
-    ]
+# What a rollout made by hand of a module's version says (``spec.change``), with the catalog's own
+# schemas for a channel and a version.
+CHANGE_SCHEMA = schema.obj(
+    {
+        "kind": schema.enum(RolloutKind.MODULE_VERSION),
+        "module": schema.string(min_length=1, max_length=63),
+        "channel": CHANNEL_SCHEMA,
+        "version": VERSION_SCHEMA,
+    },
+    required=("module", "channel", "version"),
+)
 
 
 class ModuleVersionSubject(Subject):
@@ -103,7 +94,7 @@ class ModuleVersionSubject(Subject):
         new = rollout.to_value.get("value")
         if not reconciled_since(target, kyma):
             return NOT_YET
-        if uses(kyma.channel, kyma.modules, module) != channel:
+        if module_channel_of(kyma.channel, kyma.modules, module) != channel:
             return Verdict("Excluded", f"no longer uses {module} in channel {channel}")
         entry = next(
             (m for m in kyma.module_status or () if isinstance(m, dict) and m.get("name") == module), None
@@ -139,92 +130,30 @@ class ModuleVersionSubject(Subject):
         user: Any,
     ) -> Rollout:
         """Set the channel's version in the catalog and send it out with these waves and gate
-        (instead of the policy's), even to one runtime."""
-        module_name, channel, version = (change.get(key) for key in ("module", "channel", "version"))
-        module = Module.objects.select_for_update().filter(name=module_name).first()
-        problems = []
-        if module is None:
-            problems.append(("spec.change.module", f"no module {module_name!r} in the catalog"))
-        if (
-            not isinstance(channel, str)
-            or not re.fullmatch(schema.CHANNEL, channel)
-            or not 3 <= len(channel) <= 32
-        ):
-            problems.append(("spec.change.channel", "a channel: 3 to 32 lower-case letters"))
-        if not isinstance(version, str) or not re.fullmatch(VERSION, version):
-            problems.append(("spec.change.version", "a semantic version (1.2.3), at most 32 characters"))
+        (instead of the policy's), even to one runtime: the catalog's own write (``module_save``)
+        with a rollout made by hand."""
+        problems = schema.schema_errors(CHANGE_SCHEMA, change, "spec.change")
+        module = Module.objects.select_for_update().filter(name=change.get("module")).first()
+        if module is None and not any(path == "spec.change.module" for path, _ in problems):
+            problems.append(("spec.change.module", f"no module {change.get('module')!r} in the catalog"))
         if problems:
             raise ValidationFailed("invalid change", errors=problems)
-        old = module.channels.get(channel)
-        if old == version:
+        channel, version = change["channel"], change["version"]
+        if module.channels.get(channel) == version:
             raise ValidationFailed(
                 "nothing to roll out",
                 errors=[
-                    ("spec.change.version", f"{module_name} is at {version} in channel {channel} already")
+                    ("spec.change.version", f"{module.name} is at {version} in channel {channel} already")
                 ],
             )
-        before = stored_spec(module)
         module.channels = {**module.channels, channel: version}
         try:
-            resource_save(module, before=before)
+            module_save(module=module, by_hand=ByHand(name=name, waves=waves, gate=gate, user=user))
         except ValidationFailed as exc:
             raise exc.remap({"channels": "spec.change"}) from exc
-        members = [Member(m.kyma_id, m.uid, m.labels, old) for m in module_users(module.name, channel)]
-        rollout = rollout_start(
-            change=Change(
-                kind=RolloutKind.MODULE_VERSION,
-                subject=f"{module.name}/{channel}",
-                change={
-                    "kind": RolloutKind.MODULE_VERSION,
-                    "module": module.name,
-                    "channel": channel,
-                    "version": version,
-                },
-                from_value=old,
-                to_value=version,
-                members=members,
-                policy=effective_policy(RolloutKind.MODULE_VERSION, module.rollout_policy),
-            ),
-            name=name,
-            automatic=False,
-            created_by=user,
-            waves=waves,
-            gate=gate,
-        )
+        rollout = holding(RolloutKind.MODULE_VERSION, f"{module.name}/{channel}")
         assert rollout is not None  # by hand: even for one runtime, or none
         return rollout
 
 
 register(ModuleVersionSubject())
-
-
-def module_versions_changed(module: Module, before: dict[str, str]) -> set[int]:
-    """Start a rollout for each channel whose version changed (inside ``module_save``'s
-    transaction); returns the Kymas left to those rollouts (their waves queue their reconciles)."""
-    held: set[int] = set()
-    policy = effective_policy(RolloutKind.MODULE_VERSION, module.rollout_policy)
-    for channel, version in sorted(module.channels.items()):
-        old = before.get(channel)
-        if old is None or old == version:
-            continue
-        members = [Member(m.kyma_id, m.uid, m.labels, old) for m in module_users(module.name, channel)]
-        rollout = rollout_start(
-            change=Change(
-                kind=RolloutKind.MODULE_VERSION,
-                subject=f"{module.name}/{channel}",
-                change={
-                    "kind": RolloutKind.MODULE_VERSION,
-                    "module": module.name,
-                    "channel": channel,
-                    "version": version,
-                },
-                from_value=old,
-                to_value=version,
-                members=members,
-                policy=policy,
-            ),
-            name=f"{module.name}-{channel}-{version}",
-        )
-        if rollout is not None:
-            held.update(m.kyma_id for m in members)
-    return held

@@ -20,7 +20,7 @@ def _normalized_modules(modules: list) -> list:
     return [{**MODULE_DEFAULTS, **m} if isinstance(m, dict) else m for m in modules]
 
 
-def kyma_save(kyma: Kyma, *, reconcile: bool = True) -> bool:
+def kyma_save(*, kyma: Kyma, reconcile: bool = True) -> bool:
     """Validate and store a Kyma built or edited by the caller (admin form, apply).
 
     A spec change bumps ``generation`` and asks for a reconcile (``reconcile=False``: the caller
@@ -71,7 +71,7 @@ def kyma_apply(
         "labels": labels or {},
         "annotations": annotations or {},
     }
-    return upsert(Kyma, {"namespace": namespace, "name": name}, fields, kyma_save)
+    return upsert(Kyma, {"namespace": namespace, "name": name}, fields, lambda kyma: kyma_save(kyma=kyma))
 
 
 def kyma_set_kubeconfig(*, kyma: Kyma, kubeconfig: str) -> None:

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from django.db import transaction
 
 from fleet import queue
-from fleet.models import Kyma, Module, ModuleConfig, SyncResource
-from fleet.rollouts.services import subject_rollouts_end
-from fleet.rollouts.subjects import module_versions_changed
-from fleet.selectors import kyma_ids_using_module
+from fleet.models import Kyma, Module, ModuleConfig, RolloutKind, SyncResource
+from fleet.models.rollout import effective_policy
+from fleet.rollouts.services import ByHand, Change, rollout_start, subject_rollouts_end
+from fleet.selectors import kyma_ids_using_module, module_users
 from kernel import audit
 from kernel.errors import Conflict
 from kernel.services import deletion_begin, resource_save, stored_spec, upsert
@@ -18,17 +19,19 @@ from kernel.services import deletion_begin, resource_save, stored_spec, upsert
 from .revisions import moduleconfig_revision_stamp
 
 
-def module_save(module: Module) -> bool:
+def module_save(*, module: Module, by_hand: ByHand | None = None) -> bool:
     """Validate and store a catalog entry; Kymas that enable it are reconciled on change.
 
     A new version in a channel that more than one runtime uses goes out in a rollout
-    (``fleet.rollouts.subjects``): those runtimes are left to its waves, unless something else of
-    the module changed too (their reconcile then renders that, and still their own version)."""
+    (:func:`version_change`, the policy's waves): those runtimes are left to its waves, unless
+    something else of the module changed too (their reconcile then renders that, and still their
+    own version). ``by_hand``: the new version goes out in a rollout made by hand instead (its
+    waves and gate, even to one runtime: ``fleet.rollouts.subjects``)."""
     with transaction.atomic():
         before = stored_spec(module)
         changed = resource_save(module, before=before)
         if changed:
-            held = module_versions_changed(module, before["channels"]) if before is not None else set()
+            held = _versions_roll_out(module, before["channels"], by_hand) if before is not None else set()
             others_changed = before is not None and any(
                 before[name] != getattr(module, name) for name in Module.SPEC_FIELDS if name != "channels"
             )
@@ -39,13 +42,57 @@ def module_save(module: Module) -> bool:
     return changed
 
 
+def version_change(module: Module, channel: str, old: str | None, version: str) -> Change:
+    """``module``'s version in ``channel`` going from ``old`` to ``version``, for the Kymas that
+    use it there (each with ``old`` as its target until its wave)."""
+    return Change(
+        kind=RolloutKind.MODULE_VERSION,
+        subject=f"{module.name}/{channel}",
+        change={
+            "kind": RolloutKind.MODULE_VERSION,
+            "module": module.name,
+            "channel": channel,
+            "version": version,
+        },
+        from_value=old,
+        to_value=version,
+        members=[replace(m, from_value=old) for m in module_users(module.name, channel)],
+        policy=effective_policy(RolloutKind.MODULE_VERSION, module.rollout_policy),
+    )
+
+
+def _versions_roll_out(module: Module, before: dict[str, str], by_hand: ByHand | None) -> set[int]:
+    """Start a rollout for each channel whose version changed (inside ``module_save``'s
+    transaction); returns the Kymas left to those rollouts (their waves queue their reconciles)."""
+    held: set[int] = set()
+    for channel, version in sorted(module.channels.items()):
+        old = before.get(channel)
+        if (old is None and by_hand is None) or old == version:
+            continue
+        change = version_change(module, channel, old, version)
+        if by_hand is None:
+            rollout = rollout_start(change=change, name=f"{module.name}-{channel}-{version}")
+        else:
+            rollout = rollout_start(
+                change=change,
+                name=by_hand.name,
+                automatic=False,
+                created_by=by_hand.user,
+                waves=by_hand.waves,
+                gate=by_hand.gate,
+            )
+        if rollout is not None:
+            held.update(m.kyma_id for m in change.members)
+    return held
+
+
 @transaction.atomic
 def module_apply(
     *, name: str, labels: dict | None = None, annotations: dict | None = None, **spec: Any
 ) -> tuple[Module, bool]:
     """Create or update the catalog entry ``name``; ``spec`` holds the model's spec fields."""
     fields = {**spec, "labels": labels or {}, "annotations": annotations or {}}
-    return upsert(Module, {"name": name}, fields, module_save)
+    return upsert(Module, {"name": name}, fields, lambda module: module_save(module=module))
 
 
 def module_delete(*, module: Module) -> None:
@@ -129,7 +176,7 @@ def moduleconfig_set_status(*, config: ModuleConfig, status: dict) -> bool:
     return True
 
 
-# What a Kyma's reconcile takes from a ModuleConfig's status (``fleet.reconciler.modules``).
+# What a Kyma's reconcile takes from a ModuleConfig's status (``reconciler.modules``).
 REFLECTED_STATUS = ("state", "message")
 
 

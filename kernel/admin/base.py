@@ -3,17 +3,20 @@ audit trail as an object's *History*, and audited writes for models without a se
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Callable
 from typing import Any
 
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.utils import flatten_fieldsets, unquote
+from django.core.exceptions import PermissionDenied
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
@@ -67,6 +70,27 @@ def age(value: Any) -> str:
 
 def secret_state(sealed: Any) -> str:
     return "set" if sealed else "not set"
+
+
+def object_button(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """A button on one object's admin page (a ModelAdmin method ``view(self, request, obj, ...)``,
+    served at a URL with ``object_id``): POST only (else 405), the object as the admin finds it
+    (else 404) and the change permission on it (else 403), in that order, before the view runs."""
+
+    @functools.wraps(view)
+    def wrapper(
+        self: admin.ModelAdmin, request: HttpRequest, object_id: str, *args: Any, **kwargs: Any
+    ) -> HttpResponse:
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        obj = self.get_object(request, unquote(object_id))
+        if obj is None:
+            raise Http404(f"no {self.model._meta.verbose_name} with id {object_id!r}")
+        if not self.has_change_permission(request, obj):
+            raise PermissionDenied
+        return view(self, request, obj, *args, **kwargs)
+
+    return wrapper
 
 
 class SecretTextarea(forms.Textarea):

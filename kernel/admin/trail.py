@@ -26,24 +26,7 @@ class AuditEntryAdmin(RecordAdmin):
     )
     list_filter = ("via", "action", "outcome", "kind")
     search_fields = ("actor", "credential", "name", "namespace", "uid", "source")
-    readonly_fields = (
-        "at",
-        "actor",
-        "credential",
-        "via",
-        "source",
-        "forwarded_for",
-        "request",
-        "action",
-        "outcome",
-        "reason",
-        "kind",
-        "namespace",
-        "name",
-        "uid",
-        "kyma_id",
-        "change_lines_column",
-    )
+    readonly_fields = (*AuditEntry.SHOWN_FIELDS, "kyma_id", "change_lines_column")
     exclude = ("changes",)
     date_hierarchy = None
 

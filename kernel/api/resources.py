@@ -18,6 +18,7 @@ from rest_framework.generics import get_object_or_404
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from kernel.api.permissions import check_documents
 from kernel.documents.registry import ResourceKind
 from kernel.errors import ValidationFailed
 
@@ -149,6 +150,7 @@ class ResourceViewSet(ResourceReadViewSet):
             self._check_identity(doc, expected)
         existing = self.kind.existing_document(doc) if self._valid(doc) else None
         self.authorize_write(request, doc, existing)
+        check_documents(request, [doc])
         result = self.kind.apply(doc)
         code = status.HTTP_201_CREATED if result.outcome == "created" else status.HTTP_200_OK
         return Response(self.document(result.obj), status=code)

@@ -4,6 +4,8 @@ test-artifacts/browser/."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 from django.utils import timezone
 from selenium.webdriver.common.by import By
@@ -32,7 +34,7 @@ def seed_rollout(runtimes: int = 40) -> Rollout:
         )
     keda = Module.objects.get(name="keda")
     keda.channels = {**keda.channels, "regular": "1.1.0"}
-    module_services.module_save(keda)
+    module_services.module_save(module=keda)
     return Rollout.objects.get()
 
 
@@ -99,15 +101,17 @@ def test_a_rollout_halts_and_the_operator_sees_why_then_resumes_and_rolls_back(b
 
 
 def test_a_wave_waiting_for_maintenance_windows_and_the_kyma_page_of_a_held_runtime(browser, web, admin_user):
+    # Windows on other days than today's: a window open right now would say so instead.
+    europe, elsewhere = ((timezone.now() + dt.timedelta(days=n)).strftime("%a") for n in (2, 3))
     MaintenancePolicy.objects.create(
         policy={
             "rules": [
                 {
                     "match": {"region": "europe|eu-"},
-                    "windows": [{"days": ["Sat"], "begin": "21:00:00+00:00", "end": "00:00:00+00:00"}],
+                    "windows": [{"days": [europe], "begin": "21:00:00+00:00", "end": "00:00:00+00:00"}],
                 }
             ],
-            "default": {"days": ["Sun"], "begin": "14:00:00+00:00", "end": "17:00:00+00:00"},
+            "default": {"days": [elsewhere], "begin": "14:00:00+00:00", "end": "17:00:00+00:00"},
         }
     )
     rollout = seed_rollout()

@@ -11,6 +11,7 @@ from django.conf import settings
 from django.test import override_settings
 
 from kernel.documents import schema
+from kernel.documents.selectors import selects
 from tests.deploy.istio_schema import istio_errors
 from tests.deploy.manifests import BASE, ISTIO, KUBERNETES_VERSION, build, by_kind_name, load, merge_maps
 from watchers import gateway as routing
@@ -94,7 +95,7 @@ def test_example_virtual_services_are_what_the_renderer_makes():
 
 def test_the_default_watcher_selector_selects_the_example_gateway():
     (static,) = load(ISTIO / "gateway.yaml")
-    assert routing.selector_matches(Watcher().gateway_or_default["selector"], static["metadata"]["labels"])
+    assert selects(Watcher().gateway_or_default["selector"], static["metadata"]["labels"])
 
 
 def test_ingress_gateway_patch_forwards_the_client_certificate():
@@ -210,7 +211,7 @@ def test_a_watcher_name_that_is_already_a_label_is_kept():
 )
 def test_gateway_selector_follows_kubernetes_label_selector_rules(selector, matches):
     labels = {"operator.kyma-project.io/watcher-gateway": "default", "tier": "edge"}
-    assert routing.selector_matches(selector, labels) is matches
+    assert selects(selector, labels) is matches
 
 
 def test_watchers_selecting_another_gateway_are_left_unbound():

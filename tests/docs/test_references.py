@@ -157,7 +157,7 @@ def test_the_metrics_reference_is_what_the_registries_expose():
 def _reasons_a_kyma_can_show() -> set[str]:
     """Reasons of conditions the reconciler sets to False (``ctx.condition(TYPE, FALSE, "Reason", ...)``)."""
     reasons: set[str] = set()
-    for path in (ROOT / "fleet" / "reconciler").glob("*.py"):
+    for path in (ROOT / "reconciler").glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if (
                 isinstance(node, ast.Call)
@@ -183,13 +183,25 @@ def test_every_reason_a_kyma_can_show_is_explained_on_the_troubleshooting_page()
     assert missing == []
 
 
-def test_the_layers_picture_names_every_layer_of_the_enforced_contract_in_order():
-    picture = layers.layers_mermaid()
-    modules = [m.strip() for layer in layers.layers_contract()["layers"] for m in layer.split(":")]
-    positions = [
-        picture.index(f'"{m}') if f'"{m}' in picture else picture.index(f"<br/>{m}") for m in modules
-    ]
-    assert positions == sorted(positions)
+def test_the_layers_pictures_name_every_layer_of_the_enforced_contracts_in_order():
+    found = layers.layers_contracts()
+    assert len(found) >= 2 and not found[0].get("containers"), "the house first, then the packages"
+    for contract in found:
+        picture = layers.layers_mermaid(contract)
+        modules = [m for layer in contract["layers"] for m in layers.layer_modules(contract, layer)[0]]
+        positions = [
+            picture.index(f'"{m}') if f'"{m}' in picture else picture.index(f"<br/>{m}") for m in modules
+        ]
+        assert positions == sorted(positions), contract["name"]
+
+
+def test_siblings_are_called_independent_only_when_the_contract_says_so():
+    contract = {"layers": ["a | b", "c : d"], "containers": ["pkg"]}
+
+    picture = layers.layers_mermaid(contract)
+
+    assert "pkg.a<br/>pkg.b<br/><i>(independent of each other)</i>" in picture
+    assert "pkg.c<br/>pkg.d<br/><i>(may import each other)</i>" in picture
 
 
 def test_the_readme_is_a_front_door_whose_links_lead_somewhere():

@@ -22,7 +22,7 @@ def someone_changes_channel(kyma: Kyma, channel: str = "fast") -> None:
     """Another writer (a user in the runtime, adopted by a reconcile) changes the spec."""
     fresh = Kyma.objects.get(pk=kyma.pk)
     fresh.channel = channel
-    kyma_services.kyma_save(fresh, reconcile=False)
+    kyma_services.kyma_save(kyma=fresh, reconcile=False)
 
 
 class TestResourceVersion:

@@ -159,22 +159,22 @@ class TestModuleCatalogRules:
     def test_given_channels_with_bad_names_when_saved_then_rejected(self):
         module = ModuleFactory.build(channels={"Fast": "1.0"})
         with pytest.raises(ValidationFailed) as failure:
-            modules.module_save(module)
+            modules.module_save(module=module)
         assert "channels" in error_fields(failure.value)
 
     def test_given_no_channels_when_saved_then_rejected(self):
         with pytest.raises(ValidationFailed) as failure:
-            modules.module_save(ModuleFactory.build(channels={}))
+            modules.module_save(module=ModuleFactory.build(channels={}))
         assert "channels" in error_fields(failure.value)
 
     def test_given_lower_case_kind_when_saved_then_rejected(self):
         with pytest.raises(ValidationFailed) as failure:
-            modules.module_save(ModuleFactory.build(cr_kind="keda"))
+            modules.module_save(module=ModuleFactory.build(cr_kind="keda"))
         assert "upper-case" in error_fields(failure.value)["cr_kind"]
 
     def test_given_default_cr_with_unknown_top_level_field_when_saved_then_rejected(self):
         with pytest.raises(ValidationFailed) as failure:
-            modules.module_save(ModuleFactory.build(default_cr={"spec": {}, "extra": 1}))
+            modules.module_save(module=ModuleFactory.build(default_cr={"spec": {}, "extra": 1}))
         assert "defaultCR.extra: unknown field" in error_fields(failure.value)["default_cr"]
 
 

@@ -15,10 +15,11 @@ from fleet.models import Kyma, ReconcileRecord
 from fleet.queue import LeaseBusy, NoBusySlot, StoredChange, TooSoon
 from fleet.queue import requests as queue_requests
 from fleet.queue.marks import FULL, RedisFlags, flags
-from fleet.reconciler.run import BUSY_RETRY, BUSY_RETRY_MAX, BUSY_SLOTS, busy_wait, kyma_reconcile_run
 from fleet.services.modules import syncresource_save
-from fleet.tasks import kyma_reconcile, reconcile_due
+from fleet.tasks import reconcile_due
 from kernel.errors import QueueUnavailable
+from reconciler.run import BUSY_RETRY, BUSY_RETRY_MAX, BUSY_SLOTS, busy_wait, kyma_reconcile_run
+from reconciler.tasks import kyma_reconcile
 from tests.factories import KymaFactory, SyncResourceFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)

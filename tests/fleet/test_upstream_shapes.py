@@ -14,16 +14,16 @@ from django.core.management import call_command
 
 from fleet.models import Kyma
 from fleet.models.kyma import MODULE_DEFAULTS
-from fleet.reconciler.kyma_crd import CRD_NAME, structural
-from fleet.reconciler.runtime_kyma import kyma_crd
 from fleet.resources.kinds import KymaKind
 from fleet.services import kymas as kyma_services
 from kernel.documents import schema
 from kernel.documents.hashing import HASH_ANNOTATION
 from kernel.errors import ValidationFailed
 from pki import services as pki
+from reconciler.kyma_crd import CRD_NAME, structural
+from reconciler.runtime_kyma import kyma_crd
 from tests.deploy.manifests import KUBERNETES_VERSION, ROOT
-from tests.fleet.reconciler.helpers import reconcile
+from tests.reconciler.helpers import reconcile
 from tests.support.crd_schema import (
     UPSTREAM,
     UPSTREAM_KYMA_CRD,
@@ -380,7 +380,17 @@ class TestOurKymaCrdAgainstUpstreams:
 
     def test_the_product_ships_no_copy_of_upstreams_files(self):
         upstream = {p.read_bytes() for p in UPSTREAM.rglob("*") if p.is_file()}
-        for package in ("kernel", "controlplane", "fleet", "watchers", "pki", "listener", "deploy"):
+        for package in (
+            "kernel",
+            "controlplane",
+            "fleet",
+            "reconciler",
+            "console",
+            "watchers",
+            "pki",
+            "listener",
+            "deploy",
+        ):
             for path in (ROOT / package).rglob("*"):
                 if path.is_file() and "__pycache__" not in path.parts:
                     text = path.read_bytes()
@@ -407,7 +417,7 @@ class TestModuleCrOwnership:
         assert kyma.module_status[0]["resource"] == KEDA_RESOURCE
         assert kyma.owned_module_resources == {}
         kyma.modules = []
-        kyma_services.kyma_save(kyma)
+        kyma_services.kyma_save(kyma=kyma)
         reconcile(kyma)
         assert runtime.get_object("Keda", "default", "kyma-system") is not None
 
@@ -424,7 +434,7 @@ class TestModuleCrOwnership:
             }
         }
         kyma.modules = []
-        kyma_services.kyma_save(kyma)
+        kyma_services.kyma_save(kyma=kyma)
         reconcile(kyma)
         assert runtime.get_object("Keda", "default", "kyma-system") is None
         assert kyma.owned_module_resources == {} and kyma.module_status == []

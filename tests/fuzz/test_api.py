@@ -22,7 +22,7 @@ from werkzeug.test import Client
 from controlplane.wsgi import application
 from fleet.models import Job, Kyma, Module, ModuleConfig, ModuleCredential, SyncResource
 from fleet.services.credentials import module_credential_create
-from kernel.models import ApiToken
+from kernel.models import ApiToken, AuditEntry
 from tests.factories import KymaFactory, ModuleFactory, SyncResourceFactory, WatcherFactory
 from tests.fuzz.conftest import count
 from watchers.models import Watcher
@@ -66,6 +66,25 @@ def credentials(admin_user, django_user_model):
     viewer = django_user_model.objects.create_user("viewer", password="x-123456789")
     viewer.user_permissions.add(*Permission.objects.filter(codename__startswith="view_"))
     _, module_key = module_credential_create(module=module, name="keda-manager")
+    # The audit trail holds entries of every shape its answers must describe: a write with a diff
+    # (values of any JSON type), a refusal with a reason, an entry of a Kyma and one of none.
+    AuditEntry.objects.create(
+        actor="root",
+        action="update",
+        kind="Kyma",
+        namespace="kcp-system",
+        name="c-1",
+        kyma_id=kyma.pk,
+        changes=[
+            {"field": "channel", "before": "regular", "after": "fast"},
+            {"field": "modules", "before": [], "after": [{"name": "keda"}]},
+            {"field": "labels", "before": None, "after": {"a": "b"}},
+            {"field": "skip_maintenance_windows", "before": False, "after": True},
+        ],
+    )
+    AuditEntry.objects.create(
+        actor="anonymous", action="create", outcome="refused", reason="no key", via="api"
+    )
     return {
         "superuser": {"Authorization": f"Token {Token.objects.create(user=admin_user).key}"},
         "viewer": {"Authorization": f"Token {Token.objects.create(user=viewer).key}"},
@@ -120,3 +139,18 @@ def test_every_api_operation(operation, credentials, in_process, door):
         assert in_process.get("/api/v1/kymas/?limit=1", headers=credentials["superuser"]).status_code == 200
 
     run()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", ["/api/v1/audit/", "/api/v1/audit/{id}/"])
+def test_audit_answers_match_their_schema_with_every_kind_of_value(path, credentials, in_process, door):
+    """Not left to chance: the trail's answers, with changes whose values are null, lists,
+    objects and booleans, match the documented schema (schemathesis' response check)."""
+    door("api")
+    count("api")
+    entry = AuditEntry.objects.filter(kind="Kyma").first()
+    operation = SCHEMA[path]["GET"]
+    case = operation.Case(path_parameters={"id": entry.pk} if "{id}" in path else {})
+    response = case.call(headers=credentials["superuser"])
+    assert response.status_code == 200
+    case.validate_response(response, checks=[not_a_server_error, response_schema_conformance])

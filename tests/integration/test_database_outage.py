@@ -1,20 +1,18 @@
 """A worker through a database outage: a PostgreSQL of the test's own, stopped and started again.
 
 The worker keeps running; the reconcile that met the outage retries every few seconds
-(``fleet.tasks.DATABASE_RETRY_MAX``) and runs soon after the database is back.
+(``reconciler.tasks.DATABASE_RETRY_MAX``) and runs soon after the database is back.
 """
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 
 import psycopg
 import pytest
 
 from controlplane.celery import app
-from tests.support.processes import ROOT, process_env, start_worker
+from tests.support.processes import manage_command, process_env, start_worker
 from tests.support.services import OwnPostgres
 
 pytestmark = pytest.mark.integration
@@ -27,15 +25,6 @@ spec: {channel: regular, modules: []}
 """
 
 
-@pytest.fixture
-def postgres(tmp_path):
-    server = OwnPostgres(tmp_path / "postgres")
-    try:
-        yield server.init().start()
-    finally:
-        server.remove()
-
-
 def records(url: str) -> int:
     with psycopg.connect(url.replace("postgres://", "postgresql://"), connect_timeout=3) as conn:
         return conn.execute("SELECT count(*) FROM controlplane_reconcilerecord").fetchone()[0]
@@ -46,19 +35,14 @@ def kyma_id(url: str) -> int:
         return conn.execute("SELECT id FROM controlplane_kyma WHERE name = 'outage'").fetchone()[0]
 
 
-def manage(env: dict, *args: str, stdin: str = "") -> None:
-    done = subprocess.run(
-        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, input=stdin, capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-
-
 def test_given_a_worker_when_postgresql_stops_and_starts_then_it_lives_and_the_reconcile_runs_after(
     postgres, task_queue
 ):
     env = process_env(DATABASE_URL=postgres.url, DATABASE_CONN_MAX_AGE="60")
-    manage(env, "migrate", "--noinput", "-v0")
-    manage(env, "apply", "-f", "-", stdin=KYMA)  # no kubeconfig: its reconcile ends in Error, recorded
+    manage_command(env, "migrate", "--noinput", "-v0")
+    manage_command(
+        env, "apply", "-f", "-", stdin=KYMA
+    )  # no kubeconfig: its reconcile ends in Error, recorded
     worker = start_worker(concurrency=2, DATABASE_URL=postgres.url, DATABASE_CONN_MAX_AGE="60")
     try:
         pk = kyma_id(postgres.url)

@@ -13,7 +13,7 @@ import pytest
 from fleet.services import kymas as kyma_services
 from pki import services as pki
 from runtime_emulator.kubelet import ProcessKubelet
-from tests.fleet.reconciler.helpers import conditions, reconcile
+from tests.reconciler.helpers import conditions, reconcile
 from tests.support.runtimes import connected_kyma, klm_watcher
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]

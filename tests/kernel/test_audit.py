@@ -366,7 +366,7 @@ class TestWhatIsNotAWriteOfADoor:
         kyma = KymaFactory(name="c-1")
         kyma.channel = "fast"
 
-        kyma_services.kyma_save(kyma)  # as the reconcile adopting a runtime edit: no door acting
+        kyma_services.kyma_save(kyma=kyma)  # as the reconcile adopting a runtime edit: no door acting
 
         assert not AuditEntry.objects.exists()
 

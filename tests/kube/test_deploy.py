@@ -50,6 +50,10 @@ def test_a_kustomization_passes_a_server_side_dry_run(real_runtime: Runtime, dir
         "--server-side",
         "--dry-run=server",
         "--field-manager=deploy-check",
+        # The runtime holds deploy/runtime-access/ already (applied by another manager when it
+        # was set up), and a defaulted atomic field (the guard's matchConstraints) is a conflict
+        # without force: the point here is whether the server takes the objects.
+        "--force-conflicts",
         "-o",
         "json",
         "-f",

@@ -9,12 +9,12 @@ from django.utils import timezone
 
 from fleet import queue
 from fleet.models import Kyma, ModuleConfig
-from fleet.reconciler import catalog as catalog_mirror
-from fleet.reconciler.run import kyma_reconcile_run
 from fleet.services import kymas as kyma_services
 from fleet.services import modules as module_services
 from pki import services as pki
-from tests.fleet.reconciler.helpers import CONFIGMAP, conditions
+from reconciler import catalog as catalog_mirror
+from reconciler.run import kyma_reconcile_run
+from tests.reconciler.helpers import CONFIGMAP, conditions
 from tests.support.kube import Runtime, connect_kyma, wait_for
 from tests.support.runtimes import keda_module, klm_watcher
 

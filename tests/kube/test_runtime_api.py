@@ -11,7 +11,7 @@ import pytest
 import yaml
 from kubernetes.client.rest import ApiException
 
-from fleet.reconciler.runtime_kyma import kyma_crd
+from reconciler.runtime_kyma import kyma_crd
 from tests.support.kube import Runtime, wait_for
 from watchers import rendering
 

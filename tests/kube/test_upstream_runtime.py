@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fleet.reconciler.run import kyma_reconcile_run
 from pki import services as pki
+from reconciler.run import kyma_reconcile_run
 from tests.support.kube import Runtime, connect_kyma
 from tests.support.runtimes import keda_module, klm_watcher
 from watchers.rendering import NETWORK_POLICIES, PRIORITY

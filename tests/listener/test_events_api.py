@@ -10,8 +10,8 @@ from django.utils import timezone
 from fleet.models import Kyma
 from fleet.services import kymas as kyma_services
 from listener.models import EventOutcome, WatchEventRecord
+from tests.console.test_api import KUBECONFIG
 from tests.factories import KymaFactory
-from tests.fleet.test_api import KUBECONFIG
 
 pytestmark = pytest.mark.django_db
 

@@ -23,7 +23,7 @@ from django.utils import timezone
 from listener.events import EventInvalid, ObjectKey, parse_event
 from listener.models import WatchEventRecord
 from listener.recorder import EventRecorder
-from pki import services
+from pki import selectors, services
 from tests.factories import KymaFactory
 from tests.support.listener import (
     Credentials,
@@ -160,7 +160,7 @@ class TestRecorderCannotBePoisoned:
 
 def ca_true_credentials(common_name: str, san: str) -> Credentials:
     """A certificate our CA signed, but with basicConstraints CA:TRUE (not a runtime's identity)."""
-    ca = services.keypair(services.issuing_authority())
+    ca = services.keypair(selectors.issuing_authority())
     key = ec.generate_private_key(ec.SECP256R1())
     now = timezone.now()
     cert = (
@@ -176,12 +176,12 @@ def ca_true_credentials(common_name: str, san: str) -> Credentials:
         .sign(ca.private_key, hashes.SHA256())
     )
     pem = key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
-    return Credentials(cert.public_bytes(Encoding.PEM), pem, services.ca_bundle_pem())
+    return Credentials(cert.public_bytes(Encoding.PEM), pem, selectors.ca_bundle_pem())
 
 
 def ca_itself() -> Credentials:
-    ca = services.keypair(services.issuing_authority())
-    return Credentials(ca.certificate_pem, ca.private_key_pem, services.ca_bundle_pem())
+    ca = services.keypair(selectors.issuing_authority())
+    return Credentials(ca.certificate_pem, ca.private_key_pem, selectors.ca_bundle_pem())
 
 
 @pytest.fixture(scope="module", params=["direct", "proxy"])

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from fleet.models import Kyma
 from fleet.queue.marks import flags
-from pki import crypto, services
+from pki import crypto, selectors, services
 from tests.factories import KymaFactory, WatcherFactory
 from tests.support.listener import (
     Credentials,
@@ -67,11 +67,11 @@ def our_ca_credentials(
 ) -> Credentials:
     """A certificate from our own CA with a chosen identity (what an attacker cannot get)."""
     now = now or timezone.now()
-    ca = services.keypair(services.issuing_authority())
+    ca = services.keypair(selectors.issuing_authority())
     pair = crypto.issue_certificate(
         ca=ca, common_name=common_name, dns_names=sans, now=now, validity=validity
     )
-    return Credentials(pair.certificate_pem, pair.private_key_pem, services.ca_bundle_pem())
+    return Credentials(pair.certificate_pem, pair.private_key_pem, selectors.ca_bundle_pem())
 
 
 def scrape(port: int) -> dict[str, float]:

@@ -8,7 +8,7 @@ from urllib.parse import quote
 import pytest
 from django.utils import timezone
 
-from pki import crypto, services
+from pki import crypto, selectors, services
 from tests.factories import KymaFactory
 from tests.support.listener import (
     Credentials,
@@ -118,7 +118,7 @@ def test_given_a_foreign_or_expired_certificate_in_the_header_when_posting_then_
         now=now,
         validity=dt.timedelta(hours=1),
     )
-    ours = services.keypair(services.issuing_authority())
+    ours = services.keypair(selectors.issuing_authority())
     expired = crypto.issue_certificate(
         ca=ours,
         common_name="rt-proxy",

@@ -13,7 +13,7 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from listener import identity
-from pki import crypto, services
+from pki import crypto, selectors
 from tests.factories import KymaFactory
 from tests.support.listener import (
     Credentials,
@@ -109,7 +109,7 @@ def test_given_a_plus_encoded_certificate_from_a_foreign_ca_when_posting_then_st
 
 
 def test_plus_decodes_to_a_space_and_percent_2b_to_a_plus(creds):
-    pem = (creds.cert + services.ca_bundle_pem()).decode()
+    pem = (creds.cert + selectors.ca_bundle_pem()).decode()
     assert "+" in pem  # base64 of a real certificate: the case a plain unquote would get wrong
     assert identity.xfcc_certificate_pem(f"Cert={quote_plus(pem)}") == pem
     assert identity.xfcc_certificate_pem(f"Cert={quote(pem, safe='')}") == pem

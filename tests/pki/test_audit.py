@@ -17,7 +17,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from kernel.models import AuditEntry
-from pki import crypto, services
+from pki import crypto, selectors, services
 from pki.models import Certificate, CertificateAuthority, CertificatePurpose
 from tests.factories import KymaFactory
 
@@ -96,7 +96,7 @@ class TestAdmin:
     def test_given_the_ca_rotated_from_the_admin_then_recorded_with_the_ca_it_replaces(
         self, admin_client, issued
     ):
-        old = services.issuing_authority()
+        old = selectors.issuing_authority()
 
         admin_client.post(reverse("admin:pki_certificateauthority_rotate"))
 

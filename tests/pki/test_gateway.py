@@ -13,7 +13,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from fleet.k8s.client import RuntimeClient
 from kernel.documents.yamlio import dump_yaml
-from pki import crypto, gateway, services
+from pki import crypto, gateway, selectors, services
 from pki import metrics as pki_metrics
 from pki.models import GatewaySecretState
 
@@ -52,7 +52,7 @@ def test_a_missing_secret_is_written_then_left_alone_while_current(cluster):
     listener = services.listener_certificate(now=T0)
     assert data["tls.crt"] == listener.certificate_pem.encode()
     assert data["tls.key"] == listener.private_key.reveal_bytes()
-    assert fingerprints(data["ca.crt"]) == [services.issuing_authority(T0).fingerprint]
+    assert fingerprints(data["ca.crt"]) == [selectors.issuing_authority(T0).fingerprint]
     state = GatewaySecretState.objects.get()
     assert (state.writes, state.certificate_fingerprint) == (1, listener.fingerprint)
 

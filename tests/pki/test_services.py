@@ -7,7 +7,7 @@ import datetime as dt
 import pytest
 from django.db import connection
 
-from pki import crypto, maintenance, services
+from pki import crypto, maintenance, selectors, services
 from pki.models import Certificate, CertificateAuthority, CertificatePurpose
 from tests.factories import KymaFactory
 
@@ -18,7 +18,7 @@ DAY = dt.timedelta(days=1)
 
 
 def chain_ok(cert: Certificate, now: dt.datetime) -> list[str]:
-    trusted = crypto.load_certificates(services.ca_bundle_pem(now))
+    trusted = crypto.load_certificates(selectors.ca_bundle_pem(now))
     return crypto.verify_client(crypto.load_certificate(cert.certificate_pem.encode()), trusted, now=now)
 
 
@@ -168,14 +168,14 @@ class TestRotation:
         # Step 1: the new CA joins the bundle and issues; old runtime certificates become due.
         t1 = T0 + 10 * DAY
         new_ca = services.ca_rotate(now=t1)
-        assert [ca.pk for ca in services.bundle_authorities(t1)] == [new_ca.pk, old_ca.pk]
-        assert services.issuing_authority(t1).pk == new_ca.pk
-        assert services.certificates_due(now=t1) == [kyma.pk]
+        assert [ca.pk for ca in selectors.bundle_authorities(t1)] == [new_ca.pk, old_ca.pk]
+        assert selectors.issuing_authority(t1).pk == new_ca.pk
+        assert selectors.certificates_due(now=t1) == [kyma.pk]
         # The not-yet-renewed client still verifies against the bundle.
         chain_ok(old_cert, t1)
 
         # Step 2: during the grace period the listener keeps its old-CA certificate.
-        assert services.serving_authority(t1 + 3 * DAY).pk == old_ca.pk
+        assert selectors.serving_authority(t1 + 3 * DAY).pk == old_ca.pk
         assert services.listener_certificate(now=t1 + 3 * DAY).issuer_id == old_ca.pk
 
         # Renewal re-issues the runtime certificate from the new CA; the Secret carries both CAs.
@@ -187,12 +187,12 @@ class TestRotation:
 
         # Step 3: after the grace period the listener switches to the new CA.
         t3 = t1 + 4 * DAY + dt.timedelta(seconds=1)
-        assert services.serving_authority(t3).pk == new_ca.pk
+        assert selectors.serving_authority(t3).pk == new_ca.pk
         assert services.listener_certificate(now=t3).issuer_id == new_ca.pk
 
         # Step 4: the old CA leaves the bundle when it expires.
         t4 = old_ca.not_after + dt.timedelta(seconds=1)
-        assert [ca.pk for ca in services.bundle_authorities(t4)] == [new_ca.pk]
+        assert [ca.pk for ca in selectors.bundle_authorities(t4)] == [new_ca.pk]
 
     def test_given_the_rotation_window_when_maintaining_then_rotation_starts_by_itself(self):
         maintenance.pki_maintain(now=T0)
@@ -207,8 +207,8 @@ class TestRotation:
         later = T0 + 200 * DAY
         report = maintenance.pki_maintain(now=later)
         assert report.ca_created
-        assert services.serving_authority(later).pk != old.pk
-        assert services.listener_certificate(now=later).issuer_id == services.issuing_authority(later).pk
+        assert selectors.serving_authority(later).pk != old.pk
+        assert services.listener_certificate(now=later).issuer_id == selectors.issuing_authority(later).pk
 
     def test_given_expired_superseded_certificates_when_maintaining_then_they_are_pruned(self):
         kyma = KymaFactory()

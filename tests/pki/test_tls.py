@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from pki import crypto, services
+from pki import crypto, selectors, services
 from tests.factories import KymaFactory
 
 pytestmark = pytest.mark.django_db
@@ -61,7 +61,7 @@ def listener_context(tmp: Path) -> ssl.SSLContext:
         write(tmp, "srv.crt", cert.certificate_pem.encode()),
         write(tmp, "srv.key", cert.private_key.reveal_bytes()),
     )
-    context.load_verify_locations(cadata=services.ca_bundle_pem().decode())
+    context.load_verify_locations(cadata=selectors.ca_bundle_pem().decode())
     context.verify_mode = ssl.CERT_REQUIRED
     return context
 
@@ -111,7 +111,7 @@ def test_given_a_foreign_ca_certificate_when_connecting_then_the_handshake_fails
             tmp_path,
             cert_pem=pair.certificate_pem,
             key_pem=pair.private_key_pem,
-            trusted_pem=services.ca_bundle_pem(),
+            trusted_pem=selectors.ca_bundle_pem(),
         )
     except (ssl.SSLError, ConnectionResetError, BrokenPipeError) as exc:
         reply = f"rejected: {exc}"

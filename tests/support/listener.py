@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet.models import Kyma
-from pki import services
+from pki import selectors, services
 from tests.support.processes import Process, free_port, process_env, wait_port
 from watchers.models import Watcher
 
@@ -80,7 +80,7 @@ class Credentials:
         return cls(data["tls.crt"], data["tls.key"], data["ca.crt"])
 
     def context(self) -> ssl.SSLContext:
-        context = ssl.create_default_context(cadata=services.ca_bundle_pem().decode())
+        context = ssl.create_default_context(cadata=selectors.ca_bundle_pem().decode())
         directory = Path(tempfile.mkdtemp(prefix="creds-"))
         (directory / "c.crt").write_bytes(self.cert)
         (directory / "c.key").write_bytes(self.key)
@@ -90,7 +90,7 @@ class Credentials:
 
 def bare_context() -> ssl.SSLContext:
     """A client that trusts the listener but shows no certificate."""
-    return ssl.create_default_context(cadata=services.ca_bundle_pem().decode())
+    return ssl.create_default_context(cadata=selectors.ca_bundle_pem().decode())
 
 
 def event_body(name: str = "default", namespace: str = "kyma-system", **extra: Any) -> dict:

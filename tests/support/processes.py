@@ -170,3 +170,12 @@ def eventually(check: Callable[[], object], what: str, processes: list[Process],
         time.sleep(0.05)
     logs = "\n\n".join(f"--- {p.name} ---\n{p.output()}" for p in processes)
     raise AssertionError(f"{what} did not happen within {timeout} s\n{logs}")
+
+
+def manage_command(env: dict[str, str], *args: str, stdin: str = "") -> str:
+    """``manage.py`` with ``args`` in a process of its own, with ``env``; its output (it must succeed)."""
+    done = subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, input=stdin, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout

@@ -12,7 +12,7 @@ from fleet.models import Kyma
 from fleet.services import kymas as kyma_services
 from pki import services as pki
 from runtime_emulator import KubernetesError
-from tests.fleet.reconciler.helpers import conditions, reconcile
+from tests.reconciler.helpers import conditions, reconcile
 from tests.support.runtimes import connected_kyma, keda_module, klm_watcher
 from watchers.rendering import removal_order
 

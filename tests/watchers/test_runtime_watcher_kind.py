@@ -10,7 +10,7 @@ import pytest
 import yaml
 from django.core.management import call_command
 
-from tests.fleet.test_api import post_yaml
+from tests.console.test_api import post_yaml
 from watchers.models import Watcher
 
 pytestmark = pytest.mark.django_db

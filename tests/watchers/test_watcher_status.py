@@ -13,7 +13,7 @@ from jsonschema import Draft202012Validator, FormatChecker
 
 from pki import services as pki
 from tests.factories import KymaFactory
-from tests.fleet.reconciler.helpers import reconcile
+from tests.reconciler.helpers import reconcile
 from tests.support.runtimes import KLM, connected_kyma, keda_module
 from watchers.models import Watcher
 from watchers.rendering import MODULE_CRS_WEBHOOK

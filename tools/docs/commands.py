@@ -12,7 +12,7 @@ import argparse
 from dataclasses import dataclass, field
 
 # The apps whose commands are ours (``demo`` only where the development packages are installed).
-APPS = ("kernel", "controlplane", "fleet", "watchers", "pki", "listener", "demo")
+APPS = ("kernel", "controlplane", "fleet", "reconciler", "console", "watchers", "pki", "listener", "demo")
 
 
 @dataclass

@@ -26,13 +26,24 @@ ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = "controlplane/settings.py"
 # Where the control plane's own processes read the environment (the runtime watcher, which runs in
 # each runtime, has its own table: watchers/runtime/__init__.py).
-SCANNED = ("kernel", "controlplane", "fleet", "watchers", "pki", "listener", "deploy/gunicorn")
+SCANNED = (
+    "kernel",
+    "controlplane",
+    "fleet",
+    "reconciler",
+    "console",
+    "watchers",
+    "pki",
+    "listener",
+    "access",
+    "deploy/gunicorn",
+)
 NOT_SCANNED = ("watchers/runtime", "/migrations/")
 # Sections of the files other than the settings module (which has ``# --- Title ---`` lines).
 FILE_SECTIONS = {
     "deploy/gunicorn/web.py": "Web role (gunicorn)",
     "deploy/gunicorn/listener.py": "Listener role (gunicorn)",
-    "fleet/management/commands/ensureadmin.py": "The administrator of `make run`",
+    "kernel/management/commands/ensureadmin.py": "The administrator of `make run`",
     "kernel/metrics.py": "Metrics",
     "listener/readiness.py": "Listener role (gunicorn)",
 }

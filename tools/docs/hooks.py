@@ -95,7 +95,7 @@ def _placeholder(name: str, argument: str | None) -> str | None:
     if name == "docstring" and argument:
         return docstrings.markdown(argument)
     if name == "layers":
-        return f"```mermaid\n{layers.layers_mermaid()}\n```"
+        return layers.layers_markdown()
     if name == "import-contracts":
         return layers.forbidden_table()
     if name == "runtime-access":

@@ -1,13 +1,16 @@
 """The architecture as import-linter enforces it, drawn from ``pyproject.toml``.
 
-The ``layers`` contract becomes a Mermaid flowchart (each layer may import only the layers below
-it; siblings joined by ``:`` are independent of each other), the ``forbidden`` contracts a table.
-The pictures are generated at each documentation build, so they are the contracts ``make lint``
-checks, not a drawing from memory.
+Each ``layers`` contract becomes a Mermaid flowchart, top to bottom: the house's (the top-level
+packages) first, then each package's own (its ``containers``). A layer may import only the layers
+below it; in one layer, names joined by ``|`` are independent of each other (neither imports the
+other), names joined by ``:`` are siblings that may import each other. The ``forbidden`` contracts
+become a table. The pictures are generated at each documentation build, so they are the contracts
+``make lint`` checks, not a drawing from memory.
 """
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -20,24 +23,41 @@ def contracts(root: Path = ROOT) -> list[dict[str, Any]]:
         return tomllib.load(file)["tool"]["importlinter"]["contracts"]
 
 
-def layers_contract(root: Path = ROOT) -> dict[str, Any]:
-    (contract,) = [c for c in contracts(root) if c["type"] == "layers"]
-    return contract
+def layers_contracts(root: Path = ROOT) -> list[dict[str, Any]]:
+    """Every layers contract, the house's (no ``containers``) first."""
+    found = [c for c in contracts(root) if c["type"] == "layers"]
+    return sorted(found, key=lambda c: bool(c.get("containers")))
 
 
-def layers_mermaid(root: Path = ROOT) -> str:
-    """A Mermaid flowchart of the layers contract, top to bottom."""
-    contract = layers_contract(root)
+def layer_modules(contract: dict[str, Any], layer: str) -> tuple[list[str], str]:
+    """The full module names of one layer of ``contract`` and how they relate (``|`` or ``:``)."""
+    joiner = "|" if "|" in layer else ":"
+    names = [name.strip() for name in re.split(r"[|:]", layer)]
+    (container,) = contract.get("containers") or [""]
+    return [f"{container}.{name}" if container else name for name in names], joiner
+
+
+def layers_mermaid(contract: dict[str, Any]) -> str:
+    """A Mermaid flowchart of one layers contract, top to bottom."""
     lines = ["flowchart TB"]
     for index, layer in enumerate(contract["layers"]):
-        modules = [m.strip() for m in layer.split(":")]
+        modules, joiner = layer_modules(contract, layer)
         label = "<br/>".join(modules)
         if len(modules) > 1:
-            label += "<br/><i>(independent of each other)</i>"
+            relation = "independent of each other" if joiner == "|" else "may import each other"
+            label += f"<br/><i>({relation})</i>"
         lines.append(f'    L{index}["{label}"]')
     for index in range(len(contract["layers"]) - 1):
         lines.append(f"    L{index} --> L{index + 1}")
     return "\n".join(lines)
+
+
+def layers_markdown(root: Path = ROOT) -> str:
+    """Each layers contract: its name and its picture."""
+    parts = []
+    for contract in layers_contracts(root):
+        parts.append(f"**{contract['name']}**\n\n```mermaid\n{layers_mermaid(contract)}\n```")
+    return "\n\n".join(parts)
 
 
 def forbidden_table(root: Path = ROOT) -> str:

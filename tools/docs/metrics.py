@@ -16,7 +16,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SCANNED = ("kernel", "controlplane", "fleet", "watchers", "pki", "listener")
+SCANNED = (
+    "kernel",
+    "controlplane",
+    "fleet",
+    "reconciler",
+    "console",
+    "watchers",
+    "pki",
+    "listener",
+    "access",
+)
 CONSTRUCTORS = {
     "Counter": "counter",
     "Gauge": "gauge",
@@ -34,6 +44,8 @@ CONSTRUCTORS = {
 # Where the metrics of each module are exposed.
 EXPOSED = {
     "fleet/metrics.py": "web `/metrics` (from the database, at scrape time)",
+    "kernel/audit.py": "web `/metrics` (counted by each web process)",
+    "access/metrics.py": "web `/metrics` (counted by each web process)",
     "pki/metrics.py": "web `/metrics` (from the database, at scrape time)",
     "controlplane/metrics.py": "web `/metrics` (from the database, at scrape time)",
     "listener/metrics.py": "listener side port `LISTENER_METRICS_BIND` `/metrics`",

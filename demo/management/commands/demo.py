@@ -35,13 +35,13 @@ from django.db.models import Q
 from django.utils import timezone
 
 from fleet.models import Kyma, KymaState, Module, ModuleConfig, ModuleCredential, Rollout
-from fleet.reconciler.runtime_edits import runtime_kyma_edit
 from fleet.services import kymas as kyma_services
 from fleet.services import modules as module_services
 from kernel.documents.yamlio import dump_yaml
 from kernel.errors import ApplicationError
 from kernel.management.arguments import seconds
 from pki import services as pki
+from reconciler.runtime_edits import runtime_kyma_edit
 from runtime_emulator import EmulatorHost, RuntimeEmulator, crd_manifest
 from runtime_emulator.kubelet import ProcessKubelet
 from watchers.models import Watcher
@@ -216,7 +216,7 @@ class Command(BaseCommand):
             return
         keda.channels = {**keda.channels, channel: new}
         try:
-            module_services.module_save(keda)
+            module_services.module_save(module=keda)
         except ApplicationError as exc:
             self.stdout.write(f"demo rollout: not started ({exc.message})")
             return

@@ -17,7 +17,7 @@ from fleet import queue
 from fleet.models import Kyma
 from kernel import audit
 from kernel.errors import ApplicationError
-from pki import services
+from pki import selectors, services
 from pki.jobs import ca_rotation_start
 from pki.models import CertificateAuthority
 
@@ -116,7 +116,7 @@ class Command(BaseCommand):
         )
 
     def do_export_bundle(self, options: dict[str, Any]) -> None:
-        bundle = services.ca_bundle_pem()
+        bundle = selectors.ca_bundle_pem()
         if not bundle:
             raise CommandError("no valid CA: run `manage.py pki bootstrap` first")
         if options["out"]:
@@ -149,7 +149,7 @@ class Command(BaseCommand):
 
     def do_status(self, options: dict[str, Any]) -> None:
         now = timezone.now()
-        issuing, serving = services.issuing_authority(now), services.serving_authority(now)
+        issuing, serving = selectors.issuing_authority(now), selectors.serving_authority(now)
         rows = CertificateAuthority.objects.order_by("-joined_bundle_at")
         if not rows:
             self.stdout.write("no CA yet: run `manage.py pki bootstrap`")

@@ -8,9 +8,9 @@ from django.utils import timezone
 
 from fleet import queue
 from fleet.models import Kyma, Module, ModuleConfig, Rollout, RolloutTarget
-from fleet.reconciler.run import kyma_reconcile_run
 from fleet.rollouts.engine import rollouts_advance
 from fleet.services import modules as module_services
+from reconciler.run import kyma_reconcile_run
 from runtime_emulator import RuntimeEmulator
 from tests.support.runtimes import connected_kyma
 
@@ -77,7 +77,7 @@ def make_fleet(runtimes, size: int) -> Fleet:
 def new_version(version: str, channel: str = "regular") -> None:
     keda = Module.objects.get(name="keda")
     keda.channels = {**keda.channels, channel: version}
-    module_services.module_save(keda)
+    module_services.module_save(module=keda)
 
 
 def states(rollout: Rollout) -> dict[str, str]:

@@ -220,7 +220,7 @@ def test_an_automatic_rollout_of_a_module_version_shows_in_get(fleet):
     keda.channels = {**keda.channels, "regular": "1.1.0"}
     from fleet.services import modules as module_services
 
-    module_services.module_save(keda)
+    module_services.module_save(module=keda)
     rollouts_advance()
     assert "keda-regular-1.1.0" in run("get", "rollouts")
     assert Path  # (the file fixture is only used by the first test)

@@ -189,7 +189,7 @@ def test_given_a_runtime_that_was_not_ready_before_then_it_is_changed_but_not_co
     rollout = latest()
     broken = Kyma.objects.get(name=by_wave(rollout)[1][0])
     broken.modules = [*broken.modules, {"name": "ghost"}]  # not in the catalog: Error
-    kyma_services.kyma_save(broken)
+    kyma_services.kyma_save(kyma=broken)
     fleet.answers[broken.name] = {"1.1.0": "Error"}
     fleet.settle(2)
     target = RolloutTarget.objects.get(rollout=rollout, kyma=broken)

@@ -4,6 +4,8 @@ dashboard (rollouts under way) and the metrics."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -22,7 +24,7 @@ def make_rollout(count: int = 6) -> Rollout:
     KymaFactory.create_batch(count, modules=[{"name": "keda"}], state="Ready")
     keda = Module.objects.get(name="keda")
     keda.channels = {"regular": "1.1.0"}
-    module_services.module_save(keda)
+    module_services.module_save(module=keda)
     return Rollout.objects.get()
 
 
@@ -112,10 +114,14 @@ def test_the_rollouts_list_shows_state_change_and_progress(admin_client):
 
 
 def test_the_kyma_page_says_which_rollout_holds_which_target_and_when_its_window_opens(admin_client):
+    from django.utils import timezone
+
     from fleet.models import MaintenancePolicy
 
+    # A window on another day than today's (a window open right now would say so instead).
+    day = (timezone.now() + dt.timedelta(days=3)).strftime("%a")
     MaintenancePolicy.objects.create(
-        policy={"rules": [], "default": {"days": ["Sat"], "begin": "21:00:00+00:00", "end": "23:00:00+00:00"}}
+        policy={"rules": [], "default": {"days": [day], "begin": "21:00:00+00:00", "end": "23:00:00+00:00"}}
     )
     rollout = make_rollout()
     pending = RolloutTarget.objects.filter(rollout=rollout, state=TargetState.PENDING).first().kyma
@@ -147,7 +153,7 @@ def test_the_dashboard_lists_rollouts_under_way_halted_first(admin_client):
         kyma.save()
     serverless = Module.objects.get(name="serverless")
     serverless.channels = {"regular": "1.2.0"}
-    module_services.module_save(serverless)
+    module_services.module_save(module=serverless)
     html = admin_client.get("/admin/fleet/").content.decode()
     assert 'id="cp-rollouts-total">2<' in html and 'id="cp-rollouts-halted">1<' in html
     table = html[html.index('id="cp-rollouts-table"') :]

@@ -41,7 +41,7 @@ def fleet(runtimes, settings):
     klm_watcher()
     keda = keda_module()
     keda.versions = [{"version": "1.1.0", "requiresDowntime": True}]
-    module_services.module_save(keda)
+    module_services.module_save(module=keda)
     return make_fleet(runtimes, 3)
 
 

@@ -1,5 +1,5 @@
 """Custom resources as the runtime's API server holds them to their CRD, with the CRD the control
-plane installs in every runtime (``fleet.reconciler.kyma_crd``): defaults filled in, type and value
+plane installs in every runtime (``reconciler.kyma_crd``): defaults filled in, type and value
 errors refused with a 422 naming each field, unknown fields pruned, a server-side apply that does
 not fit the schema refused whole, and keyed module lists merged by name."""
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from fleet.reconciler.kyma_crd import kyma_crd
+from reconciler.kyma_crd import kyma_crd
 from tests.kube.contract.calls import Client, fields_of, path
 
 KCP = "kyma-control-plane"

@@ -1,7 +1,7 @@
 """The status subresource and ``metadata.generation``, as the control plane relies on them: it
 applies a custom resource's spec on the main resource, writes its status with a merge patch on
 ``/status`` (``fleet.k8s.client.RuntimeClient.patch_status``), and tells a user's spec edit from
-anything else by the generation (``fleet.reconciler.runtime_kyma``, module CRs)."""
+anything else by the generation (``reconciler.runtime_kyma``, module CRs)."""
 
 from __future__ import annotations
 

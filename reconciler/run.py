@@ -1,0 +1,312 @@
+"""Running a Kyma reconcile: the queue mark, the lease, the engine, and the record of it."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+import threading
+import time
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from fleet import queue
+from fleet.models import Kyma, ReconcileRecord
+from reconciler.context import LeaseLost
+from reconciler.drift import count_corrections
+from reconciler.engine import Scope, kyma_reconcile
+from reconciler.stored import Seen, wait_until_stored
+
+log = logging.getLogger(__name__)
+
+
+class BusySlots:
+    """How many of this process's reconciles may be of *busy* runtimes at once (their events
+    keep coming: :mod:`fleet.queue.requests`), ``RECONCILE_BUSY_SLOTS``. The
+    rest of the slots stay free for the fleet's other runtimes: under a storm of edits, a quiet
+    runtime's reconcile neither waits behind the busy ones nor shares the CPU with all of them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held = 0
+
+    def take(self) -> bool:
+        with self._lock:
+            if self._held >= settings.RECONCILE_BUSY_SLOTS:
+                return False
+            self._held += 1
+            return True
+
+    def give_back(self) -> None:
+        with self._lock:
+            self._held -= 1
+
+
+BUSY_SLOTS = BusySlots()
+# How long a busy runtime's task waits for a slot: its spacing (at least this), doubled on each
+# try that found none (events coalesce meanwhile), up to BUSY_RETRY_MAX: tries cost CPU too.
+BUSY_RETRY = 0.5
+BUSY_RETRY_MAX = 4.0
+
+
+def busy_wait(min_spacing: float, tries: int) -> float:
+    """Seconds until a busy task's next try for a slot, after ``tries`` that found none."""
+    return min(BUSY_RETRY_MAX, max(min_spacing, BUSY_RETRY) * 2 ** max(0, tries - 1))
+
+
+def _defer_busy(kyma_id: int, start: queue.Started, *, marked: bool, wait: float) -> None:
+    """A busy runtime's task finds no slot: it runs later (raises), and events meanwhile
+    coalesce into it; or returns when another task of the Kyma is queued (it does the work)."""
+    if marked:
+        retry = queue.rearm(kyma_id, wait, not_before=start.not_before, changes=start.changes)
+        if retry is not None:
+            raise queue.NoBusySlot(retry)
+    elif queue.rearm_urgent(kyma_id):
+        raise queue.NoBusySlot(wait, marked=False)
+
+
+def _after_quiet(kyma_id: int, min_spacing: float) -> bool:
+    """Whether the last reconcile came after a quiet period (none in the two spacings before the
+    one before it): then one more runs at once. The spacing is a budget, not a delay: a runtime
+    gets two reconciles per two spacings, so a first change after a periodic reconcile (or after
+    an earlier change long ago) is not held back, while a runtime that keeps changing still gets
+    one reconcile per spacing."""
+    before = list(
+        ReconcileRecord.objects.filter(kyma_id=kyma_id)
+        .order_by("-started_at")
+        .values_list("started_at", flat=True)[1:2]
+    )
+    return not before or (timezone.now() - before[0]).total_seconds() >= 2 * min_spacing
+
+
+def _spaced_wait(kyma_id: int, min_spacing: float, wait: float) -> float:
+    """How long a runtime's request waits: the rest of the spacing, unless the last reconcile
+    came after a quiet period."""
+    return 0.0 if _after_quiet(kyma_id, min_spacing) else wait
+
+
+def _urgent_wait(kyma_id: int, min_spacing: float) -> float:
+    """How long a control-plane request waits: it may be the second reconcile within a spacing
+    (the one that follows a runtime's change, e.g. a module manager's answer to it), not the
+    third. So a change made in the control plane is not held back by the reconcile before it,
+    while runtime events whose reconciles make the control plane write (a manager answering
+    each) still give at most two reconciles per spacing."""
+    before = list(
+        ReconcileRecord.objects.filter(kyma_id=kyma_id)
+        .order_by("-started_at")
+        .values_list("started_at", flat=True)[1:2]
+    )
+    return min_spacing - (timezone.now() - before[0]).total_seconds() if before else 0.0
+
+
+# The hint ends a moment after the spacing the task checks (that counts from the reconcile's own
+# clock reading, taken a little after this one): a task due at the hint then never finds it too soon.
+_SPACING_SLACK = 0.05
+
+
+def _space_provisionally(kyma_id: int, min_spacing: float) -> bool:
+    """As the task starts (its mark just went), tell the queue the next reconcile waits for the
+    spacing, unless it knows a time already: a runtime that keeps changing sends its next event
+    at once, and its task must not be due before this one decided. Whether it was set."""
+    if min_spacing <= 0:
+        return False
+    until = timezone.now() + dt.timedelta(seconds=min_spacing + _SPACING_SLACK)
+    return queue.spaced(kyma_id, until, if_free=True)
+
+
+def _space_next(kyma: Kyma, min_spacing: float, provisional: bool) -> None:
+    """This reconcile runs: unless it came after a quiet period (then the next one may run at
+    once, see :func:`_after_quiet`), tell the queue the next one waits for the spacing."""
+    now = timezone.now()
+    last = kyma.last_reconcile_at
+    if last is not None and (now - last).total_seconds() < 2 * min_spacing:
+        queue.spaced(kyma.pk, now + dt.timedelta(seconds=min_spacing + _SPACING_SLACK))
+    elif provisional:
+        queue.spaced(kyma.pk, None)
+
+
+def _hand_back(
+    kyma_id: int, kyma: Kyma | None, start: queue.Started, *, urgent: bool, marked: bool, why: str
+) -> None:
+    """The worker stops mid-reconcile: queue the Kyma again (raises RetryLater: the task is
+    published anew, this one acknowledged), unless another task of it is queued already; the
+    caller releases the lease. The reconcile is level-based: the next one finishes the work."""
+    name = f"{kyma.namespace}/{kyma.name}" if kyma is not None else f"Kyma {kyma_id}"
+    log.info("%s: %s; queued again", name, why)
+    retry = queue.rearm(kyma_id, 0.0, not_before=start.not_before, changes=start.changes) if marked else None
+    if retry is not None:
+        raise queue.RetryLater(retry, "handed back: the worker stops")
+    if urgent and queue.rearm_urgent(kyma_id):
+        raise queue.RetryLater(0.0, "handed back: the worker stops", marked=False)
+
+
+def _scope(start: queue.Started, reason: str) -> Scope:
+    if start.full:
+        return Scope.FULL
+    return Scope.PERIODIC if reason == queue.PERIODIC_REASON else Scope.TARGETED
+
+
+def kyma_reconcile_run(
+    kyma_id: int,
+    *,
+    min_spacing: float = 0.0,
+    reason: str = "",
+    urgent: bool = False,
+    marked: bool = True,
+    busy: int = 0,
+) -> None:
+    """Entry point of the reconcile task; returns quietly when the Kyma is gone.
+
+    Each reconcile that ran logs one INFO line: the Kyma, its outcome state, the duration, why it
+    was requested (``reason``: of the request that queued the task; later ones coalesced into it)
+    and the outcome's message.
+
+    With ``min_spacing``, a Kyma whose last reconcile started less than that many seconds ago is
+    deferred (:class:`TooSoon`), unless that reconcile came after a quiet period: a runtime that
+    keeps changing gets at most one reconcile per spacing (two in a row after a quiet period), and
+    cannot crowd the rest of the fleet out of the workers. An ``urgent`` reconcile (requested by
+    the control plane: a user's edit, a manager's SyncResource) may be the second within a
+    spacing (:func:`_urgent_wait`); one that is not ``marked`` leaves the queue mark to the task
+    that holds it (:mod:`fleet.queue.requests`).
+    A ``busy`` task (its runtime keeps changing: :mod:`fleet.queue.requests`; the number is its
+    try for a slot) runs only when one of this process's ``RECONCILE_BUSY_SLOTS`` is free, else
+    it retries later (:class:`NoBusySlot`, :func:`busy_wait`) holding its mark: nothing is read or
+    lost meanwhile.
+    When a request asked the reconcile not to read the runtime before some time (an event that
+    arrived just before this task was due), it waits until then: at most the listener's margin.
+    When the events said which changes they saw, it first checks that the runtime stored them
+    (:mod:`.stored`).
+
+    How much it reads (:class:`reconciler.Scope`): everything when a request it covers
+    asked for that or did not say what changed (its mark says so: :mod:`fleet.queue.marks`), or
+    when it found no mark (redelivered, or retried after it lost the mark: what it covers is
+    unknown); else as beat's sweep when that queued it (``reason``); else only what its requests
+    named. An unmarked task (a control-plane change: a module manager's SyncResource) is targeted:
+    a request that wanted more also marked the queued task, which follows.
+
+    Database round trips of a no-op: the lease is taken first and the Kyma read once under it;
+    the status write releases the lease in the same UPDATE; the record is inserted without
+    looking whether the Kyma still exists (the cleanup says when it deleted the row).
+    """
+    queue.lease_release_unreleased()  # a reconcile that met a database outage held one
+    if marked:
+        start = queue.start(kyma_id)
+    else:
+        queue.start_urgent(kyma_id)
+        start = queue.Started(found=True)
+    if busy and not BUSY_SLOTS.take():
+        _defer_busy(kyma_id, start, marked=marked, wait=busy_wait(min_spacing, busy))
+        return  # another task is queued: it runs when a slot is free
+    try:
+        _run_started(kyma_id, start, min_spacing, reason, urgent, marked)
+    finally:
+        if busy:
+            BUSY_SLOTS.give_back()
+
+
+def _run_started(
+    kyma_id: int,
+    start: queue.Started,
+    min_spacing: float,
+    reason: str,
+    urgent: bool,
+    marked: bool,
+) -> None:
+    not_before, changes = start.not_before, start.changes
+    provisional = _space_provisionally(kyma_id, min_spacing)
+    hold = queue.hold_for(not_before)
+    owner = queue.worker_id()
+    if not queue.lease_acquire(kyma_id, owner=owner):
+        if provisional:  # the holder decides (it set its own time, or had none to set)
+            queue.spaced(kyma_id, None)
+        if not Kyma.objects.filter(pk=kyma_id).exists():
+            return
+        wait = max(0.5, hold)
+        retry = queue.rearm(kyma_id, wait, not_before=not_before, changes=changes) if marked else None
+        if retry is not None:
+            raise queue.LeaseBusy(retry_after=retry)
+        if urgent and queue.rearm_urgent(kyma_id):  # it retries even so: the queued one may be spaced
+            raise queue.LeaseBusy(retry_after=wait, marked=False)
+        return  # another task is queued: it runs after the current holder
+    outcome, kyma, released = None, None, False
+    try:
+        kyma = Kyma.objects.filter(pk=kyma_id).first()
+        if kyma is None:
+            return
+        if min_spacing > 0 and kyma.last_reconcile_at is not None:
+            wait = min_spacing - (timezone.now() - kyma.last_reconcile_at).total_seconds()
+            if wait > 0.005:
+                wait = (
+                    _urgent_wait(kyma_id, min_spacing) if urgent else _spaced_wait(kyma_id, min_spacing, wait)
+                )
+            if wait > 0.005:
+                wait = max(wait, hold)
+                if provisional:  # the reconcile before this one spaces the next: no later
+                    queue.spaced(kyma_id, None)
+                retry = queue.rearm(kyma_id, wait, not_before=not_before, changes=changes)
+                if retry is not None:
+                    log.info("%s/%s deferred: reconciled moments ago", kyma.namespace, kyma.name)
+                    raise queue.TooSoon(retry_after=retry)
+                return  # another task is queued: it runs after the spacing
+        if min_spacing > 0:
+            _space_next(kyma, min_spacing, provisional)
+        if hold > 0:
+            time.sleep(queue.hold_for(not_before))
+        started_at, started = timezone.now(), time.perf_counter()
+        seen: Seen = {}  # the changed objects, read once stored: the reconcile uses them
+        stored = queue.decode_all(changes)
+        if stored:  # the reconcile starts once they are stored
+            wait_until_stored(kyma, stored, seen=seen)
+            started_at, started = timezone.now(), time.perf_counter()
+        outcome = kyma_reconcile(
+            kyma,
+            heartbeat=queue.LeaseKeeper(kyma_id, owner),
+            lease_owner=owner,
+            scope=_scope(start, reason),
+            named=[change.key for change in stored],
+            seen=seen,
+        )
+        released = outcome.lease_released
+    except LeaseLost as exc:
+        log.warning("%s; the new holder finishes the work", exc)
+        return
+    except queue.WorkerStopping as exc:
+        _hand_back(kyma_id, kyma, start, urgent=urgent, marked=marked, why=str(exc))
+        return
+    finally:
+        if not released:
+            queue.lease_release(kyma_id, owner=owner)
+    duration_ms = round((time.perf_counter() - started) * 1000)
+    log.info(
+        "reconciled %s/%s: %s in %d ms (requested: %s; %d runtime write(s)%s)%s",
+        kyma.namespace,
+        kyma.name,
+        outcome.state,
+        duration_ms,
+        reason or "unknown",
+        outcome.runtime_writes,
+        "".join(f"; drift corrected: {d['kind']} {d['namespace']}/{d['name']}" for d in outcome.drift),
+        f": {outcome.message}" if outcome.message else "",
+    )
+    if outcome.kyma_deleted:
+        return
+    # With corrections, one transaction: whoever sees the record also sees them counted. (A
+    # no-op has none: its record is one INSERT, no BEGIN/COMMIT round trips.)
+    try:
+        with transaction.atomic() if outcome.drift else contextlib.nullcontext():
+            ReconcileRecord.objects.create(
+                kyma_id=kyma_id,
+                started_at=started_at,
+                duration_ms=duration_ms,
+                state=outcome.state,
+                runtime_writes=outcome.runtime_writes,
+                message=outcome.message[:2000],
+                reason=reason[:100],
+                changes=list(outcome.changes),
+                drift_corrected=list(outcome.drift),
+            )
+            count_corrections([entry["kind"] for entry in outcome.drift])
+    except IntegrityError:
+        return  # the row was deleted meanwhile (by force): nothing to record it on
