@@ -227,7 +227,11 @@ class FleetOverview:
 
 
 def fleet_overview(
-    now: dt.datetime | None = None, *, narrow: Narrow = everything, jobs: QuerySet | None = None
+    now: dt.datetime | None = None,
+    *,
+    narrow: Narrow = everything,
+    jobs: QuerySet | None = None,
+    whole_fleet: bool = True,
 ) -> FleetOverview:
     """The dashboard's figures: ten queries, each an aggregate or a short bounded list, of the
     Kymas ``narrow`` leaves (a scoped viewer's), and ``jobs`` (default: everyone's)."""
@@ -247,9 +251,7 @@ def fleet_overview(
         renewals_overdue=narrow(pki_selectors.renewals_overdue(OVERDUE_AFTER, now)).count(),
         jobs=list(jobs.select_related("created_by").defer("log")[:JOBS_SHOWN]),
         # The gateway's credential is the whole control plane's: a scoped viewer does not see it.
-        gateway_secrets=list(GatewaySecretState.objects.order_by("namespace", "name"))
-        if narrow is everything
-        else [],
+        gateway_secrets=list(GatewaySecretState.objects.order_by("namespace", "name")) if whole_fleet else [],
         failing_groups=groups,
         failing_other=other,
     )

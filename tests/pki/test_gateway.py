@@ -28,7 +28,7 @@ def cluster(runtimes) -> RuntimeClient:
     """The control plane's own cluster, with the ingress gateway's namespace."""
     emulated = runtimes()
     client = RuntimeClient.from_kubeconfig(dump_yaml([emulated.kubeconfig()]))
-    client.ensure_namespace("istio-system")
+    client.ensure_namespace("istio-system", labels={})
     yield client
     client.close()
 
