@@ -161,8 +161,10 @@ def test_the_workers_keep_the_gateway_secret_with_the_listener_certificate(upgra
     (row,) = re.findall(r'name="_selected_action" value="(\d+)"', page)
     web.admin_action("/admin/pki/certificate/", "renew", [row])
 
-    def renewed_by_the_workers() -> dict | None:
-        found = installed.get("secret", "kcp-listener-gateway-tls", "istio-system") or {}
+    def renewed_by_the_workers() -> dict | None:  # (the API's answer: kubectl hides managedFields)
+        found = installed.server_call(
+            "GET", "/api/v1/namespaces/istio-system/secrets/kcp-listener-gateway-tls"
+        )
         managers = {entry["manager"] for entry in found.get("metadata", {}).get("managedFields") or ()}
         data = found.get("data") or {}
         if "kyma-control-plane" not in managers or "tls.crt" not in data:
