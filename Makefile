@@ -3,15 +3,16 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
-# loadgroup: the kube tier's tests (and the whole-stack tests of manage.py up) share one worker; others spread.
+# loadgroup: the kube tier's tests, the install tier's (one installed control plane) and the whole-stack tests of
+# manage.py up each share one worker; others spread.
 PYTEST_ARGS ?= -n 2 --dist loadgroup
-# REQUIRE_ALL_TIERS=1 (.ci/run sets it): where a tier (browser, kube, gobuild, sso) cannot run, fail instead of leaving it out.
+# REQUIRE_ALL_TIERS=1 (.ci/run sets it): where a tier (browser, kube, install, gobuild, sso) cannot run, fail instead of leaving it out.
 # Browser tests drive Debian's Chromium; `make test` installs it when missing (needs root and apt).
 CHROMIUM ?= /usr/bin/chromium
 CHROMEDRIVER ?= /usr/bin/chromedriver
 
 .PHONY: run test lint pytest fuzz browser-deps kube kube-deps services bench clean docs docs-serve
-.PHONY: interop interop-deps sso sso-deps
+.PHONY: interop interop-deps sso sso-deps images
 
 $(INSTALLED): requirements.txt requirements-dev.txt
 	@test -x "$(BIN)/python" || $(PYTHON) -m venv $(VENV)
@@ -53,6 +54,11 @@ pytest: $(INSTALLED) browser-deps kube-deps interop-deps sso-deps
 	if ! envtest/build/build.sh --check >/dev/null 2>&1 || [ "$$(id -u)" != 0 ]; then \
 		echo "*** kube tier NOT run: it needs the Kubernetes binaries (make kube, with Go) and root (pod addresses) ***"; \
 		skip="$${skip:+$$skip and }not kube"; \
+	fi; \
+	if ! envtest/build/build.sh --check >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] \
+		|| ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null || [ "$$(redis-cli -h 127.0.0.1 -p 6379 ping 2>/dev/null)" != PONG ]; then \
+		echo "*** install tier NOT run: it needs the Kubernetes binaries (make kube), root (pod networks), and PostgreSQL and Redis on 127.0.0.1 (make services) ***"; \
+		skip="$${skip:+$$skip and }not install"; \
 	fi; \
 	if ! $(INTEROP_BUILD) --check >/dev/null 2>&1; then \
 		echo "*** gobuild tests NOT run: they need upstream's listener built from Go source (make interop, with Go) ***"; \
@@ -127,6 +133,27 @@ browser-deps:
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver >/dev/null \
 			|| echo "Installing Chromium failed: the browser tests will not run."; \
 	fi
+
+## images: build the control plane's and the runtime watcher's images with Docker or Podman
+##      (IMAGE_REGISTRY, IMAGE_TAG; push them yourself: docs/operators/images.md); where neither
+##      can build (no engine), say so and do nothing
+IMAGE_REGISTRY ?= ghcr.io/kyma-fleet
+IMAGE_TAG ?= 0.1.0
+images:
+	@engine=""; \
+	for candidate in docker podman; do \
+		if command -v $$candidate >/dev/null && $$candidate info >/dev/null 2>&1; then engine=$$candidate; break; fi; \
+	done; \
+	if [ -z "$$engine" ]; then \
+		echo "*** make images: no container engine to build with (docker or podman, with its daemon or service running); nothing built ***"; \
+		exit 0; \
+	fi; \
+	set -e; \
+	echo "$$engine build -f deploy/controlplane/Dockerfile -t $(IMAGE_REGISTRY)/controlplane:$(IMAGE_TAG) ."; \
+	$$engine build -f deploy/controlplane/Dockerfile -t $(IMAGE_REGISTRY)/controlplane:$(IMAGE_TAG) .; \
+	echo "$$engine build -f deploy/runtime-watcher/Dockerfile --build-arg WATCHER_VERSION=$(IMAGE_TAG) -t $(IMAGE_REGISTRY)/runtime-watcher:$(IMAGE_TAG) ."; \
+	$$engine build -f deploy/runtime-watcher/Dockerfile --build-arg WATCHER_VERSION=$(IMAGE_TAG) -t $(IMAGE_REGISTRY)/runtime-watcher:$(IMAGE_TAG) .; \
+	echo "built $(IMAGE_REGISTRY)/controlplane:$(IMAGE_TAG) and $(IMAGE_REGISTRY)/runtime-watcher:$(IMAGE_TAG) with $$engine"
 
 ## services: PostgreSQL on 127.0.0.1:5432 and Redis on :6379 (installed from Debian when missing),
 ##      for `make test` against them: DATABASE_URL=postgres://postgres@127.0.0.1:5432/test

@@ -15,11 +15,13 @@ import threading
 from typing import Any
 
 from celery import Celery
-from celery.signals import task_prerun, worker_shutdown
-from django.db import close_old_connections, connections
+from celery.signals import task_postrun, task_prerun, worker_shutdown
+from django.conf import settings
+from django.db import close_old_connections, connection, connections
 from kombu.transport import TRANSPORT_ALIASES
 
 from controlplane import probes  # noqa: F401 - the worker's side port starts on worker_init
+from kernel.configuration import settings_loaded
 
 # filesystem:// (the quickstart's broker) uses kombu's transport with atomic message files; Redis
 # one that gives back what a worker held when the broker went away (controlplane/broker.py).
@@ -27,6 +29,7 @@ TRANSPORT_ALIASES["filesystem"] = "controlplane.broker:Transport"
 TRANSPORT_ALIASES["redis"] = TRANSPORT_ALIASES["rediss"] = "controlplane.broker:RedisTransport"
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
+settings_loaded()  # `celery -A controlplane worker|beat`: a bad production setting in one line
 
 app = Celery("controlplane")
 app.config_from_object("django.conf:settings", namespace="CELERY")
@@ -44,15 +47,23 @@ def database_connection_checked(**_: Any) -> None:
         _thread_connections.update(connections.all())
 
 
+@task_postrun.connect
+def database_connection_given_back(**_: Any) -> None:
+    """After a task, with a pool (``DATABASE_POOL_MAX_SIZE``): the thread's connection goes back,
+    so an idle thread holds none and the pool bounds the process's connections."""
+    if settings.DATABASE_POOLED:
+        connection.close()
+
+
 @worker_shutdown.connect
 def database_connections_closed(**_: Any) -> None:
     """After the pool stopped: close the connections its threads left open."""
     with _thread_connections_lock:
         found = list(_thread_connections)
         _thread_connections.clear()
-    for connection in found:
-        connection.inc_thread_sharing()
+    for held in found:
+        held.inc_thread_sharing()
         try:
-            connection.close()
+            held.close()
         finally:
-            connection.dec_thread_sharing()
+            held.dec_thread_sharing()

@@ -177,6 +177,24 @@ DATABASES = {
 #: Seconds a database connection is reused.
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+#: PostgreSQL connections this process may hold at most, in Django's psycopg pool: a thread borrows one for a
+#: request or a task and gives it back afterwards (the listener after each event), so threads share them.
+#: `0`: no pool, each thread keeps a connection of its own for `DATABASE_CONN_MAX_AGE` seconds. See the
+#: sizing table in the database page; ignored on SQLite.
+DATABASE_POOL_MAX_SIZE: int = env.int("DATABASE_POOL_MAX_SIZE", default=0)
+#: Seconds a thread waits for a pooled connection; then its request or task fails as "database unavailable"
+#: (the listener answers 503 and the watcher retries; a task is retried).
+DATABASE_POOL_TIMEOUT: float = env.float("DATABASE_POOL_TIMEOUT", default=10)
+DATABASE_POOLED = DATABASE_POOL_MAX_SIZE > 0 and DATABASES["default"]["ENGINE"].endswith("postgresql")
+if DATABASE_POOL_MAX_SIZE < 0 or DATABASE_POOL_TIMEOUT <= 0:
+    raise ImproperlyConfigured("DATABASE_POOL_MAX_SIZE must be 0 or more, DATABASE_POOL_TIMEOUT positive")
+if DATABASE_POOLED:
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 1,
+        "max_size": DATABASE_POOL_MAX_SIZE,
+        "timeout": DATABASE_POOL_TIMEOUT,
+    }
+    DATABASES["default"]["CONN_MAX_AGE"] = 0  # a pooled connection goes back to the pool, not away
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Several processes (web, listener, worker, beat) share the file: wait for locks instead of
     # failing, and use WAL so readers never block the writer.
@@ -524,7 +542,7 @@ RECONCILE_LEASE_SECONDS: int = env.int("RECONCILE_LEASE_SECONDS", default=8)
 #: Key of new CAs: `ecdsa-p256`, `rsa-2048`, `rsa-3072`, `rsa-4096`.
 PKI_CA_KEY_TYPE: str = env.str("PKI_CA_KEY_TYPE", default="ecdsa-p256")
 #: Lifetime of a new CA.
-PKI_CA_VALIDITY_DAYS: int = env.int("PKI_CA_VALIDITY_DAYS", default=90)
+PKI_CA_VALIDITY_DAYS: float = env.float("PKI_CA_VALIDITY_DAYS", default=90)
 #: Subject CN of new CAs.
 PKI_CA_COMMON_NAME: str = env.str("PKI_CA_COMMON_NAME", default="Kyma fleet control plane CA")
 #: Optional subject field O of new CAs.
@@ -537,23 +555,40 @@ PKI_CA_COUNTRY: str = env.str("PKI_CA_COUNTRY", default="")
 PKI_CA_LOCALITY: str = env.str("PKI_CA_LOCALITY", default="")
 #: Start a CA rotation this long before the issuing CA expires; runtimes then have the grace period to receive
 #: the new bundle before the listener presents a certificate from the new CA.
-PKI_CA_ROTATE_BEFORE_DAYS: int = env.int("PKI_CA_ROTATE_BEFORE_DAYS", default=34)
-#: After a rotation, how long the listener keeps presenting its old-CA certificate.
+PKI_CA_ROTATE_BEFORE_DAYS: float = env.float("PKI_CA_ROTATE_BEFORE_DAYS", default=34)
+#: After a rotation, how long the listener (and the gateway's Secret) keeps presenting its old-CA server
+#: certificate, while both CAs are trusted; upstream's `--istio-gateway-server-cert-switch-grace-period`.
 PKI_CA_GRACE_DAYS: float = env.float("PKI_CA_GRACE_DAYS", default=4)
 #: Key of runtime and listener certificates.
 PKI_CERT_KEY_TYPE: str = env.str("PKI_CERT_KEY_TYPE", default="ecdsa-p256")
 #: Lifetime of runtime and listener certificates (never beyond the CA).
-PKI_CERT_VALIDITY_DAYS: int = env.int("PKI_CERT_VALIDITY_DAYS", default=60)
+PKI_CERT_VALIDITY_DAYS: float = env.float("PKI_CERT_VALIDITY_DAYS", default=60)
 #: Renew this long before expiry.
-PKI_CERT_RENEW_BEFORE_DAYS: int = env.int("PKI_CERT_RENEW_BEFORE_DAYS", default=30)
+PKI_CERT_RENEW_BEFORE_DAYS: float = env.float("PKI_CERT_RENEW_BEFORE_DAYS", default=30)
 #: Extra SANs of every runtime certificate.
 PKI_EXTRA_DNS_NAMES: list[str] = env.list("PKI_EXTRA_DNS_NAMES", default=[])
 #: Certificates renewed per maintenance run.
 PKI_RENEW_BATCH: int = env.int("PKI_RENEW_BATCH", default=500)
 #: Seconds between beat's PKI maintenance runs.
-PKI_MAINTAIN_INTERVAL: int = env.int("PKI_MAINTAIN_INTERVAL", default=300)
+PKI_MAINTAIN_INTERVAL: float = env.float("PKI_MAINTAIN_INTERVAL", default=300)
 #: SANs of the listener's server certificate (names runtime watchers dial).
 LISTENER_HOSTNAMES: list[str] = env.list("LISTENER_HOSTNAMES", default=["localhost", "127.0.0.1"])
+#: Keep the Istio ingress gateway's credential Secret current from inside the cluster the control plane runs
+#: in, as upstream's lifecycle-manager does: workers write it with their in-cluster identity (whose only right
+#: is that one Secret, `deploy/kubernetes/components/gateway-secret`). Off: write it yourself with
+#: `manage.py render_gateway --with-credential` (GitOps).
+GATEWAY_SECRET_SYNC: bool = env.bool("GATEWAY_SECRET_SYNC", default=False)
+#: Name of the gateway's credential Secret (the Gateway's `credentialName`).
+GATEWAY_SECRET_NAME: str = env.str("GATEWAY_SECRET_NAME", default="kcp-listener-gateway-tls")
+#: Namespace of that Secret: the Istio ingress gateway's.
+GATEWAY_SECRET_NAMESPACE: str = env.str("GATEWAY_SECRET_NAMESPACE", default="istio-system")
+#: Seconds between checks of the gateway's Secret (upstream requeues every 5 minutes); a CA rotation or a
+#: renewed listener certificate also writes it at once.
+GATEWAY_SECRET_INTERVAL: float = env.float("GATEWAY_SECRET_INTERVAL", default=300)
+#: Seconds before a failed write of the gateway's Secret is tried again (upstream: 2 s).
+GATEWAY_SECRET_RETRY: float = env.float("GATEWAY_SECRET_RETRY", default=2)
+if GATEWAY_SECRET_INTERVAL <= 0 or GATEWAY_SECRET_RETRY <= 0:
+    raise ImproperlyConfigured("GATEWAY_SECRET_INTERVAL and GATEWAY_SECRET_RETRY must be positive seconds")
 
 _KEY_TYPES = ("ecdsa-p256", "rsa-2048", "rsa-3072", "rsa-4096")
 for _name, _value in (("PKI_CA_KEY_TYPE", PKI_CA_KEY_TYPE), ("PKI_CERT_KEY_TYPE", PKI_CERT_KEY_TYPE)):
@@ -599,6 +634,12 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"expires": float(PKI_MAINTAIN_INTERVAL)},
     },
 }
+if GATEWAY_SECRET_SYNC:
+    CELERY_BEAT_SCHEDULE["gateway-secret"] = {
+        "task": "pki.gateway_secret_sync",
+        "schedule": GATEWAY_SECRET_INTERVAL,
+        "options": {"expires": GATEWAY_SECRET_INTERVAL},
+    }
 
 # --- Listener (WatchEvents from runtime watchers) -----------------------------------------------
 

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import ipaddress
 import json
 import shutil
 import socket
 import ssl
 import tempfile
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,14 @@ CONTROLLERS = (
     "endpointslice-controller",
     "clusterrole-aggregation-controller",
     "root-ca-certificate-publisher-controller",
+)
+# The control plane's own cluster (the install tier) runs Jobs (the migration), PodDisruptionBudgets
+# (evictions they refuse) and removes finished Jobs, besides what a runtime needs.
+CONTROL_PLANE_CONTROLLERS = (
+    *CONTROLLERS,
+    "job-controller",
+    "disruption-controller",
+    "ttl-after-finished-controller",
 )
 START_TIMEOUT = 120.0  # seconds; a cold start on a loaded 2-core machine takes about 10
 
@@ -129,13 +138,30 @@ def _seconds(stamp: str) -> float:
 class RealRuntime:
     """One kube-apiserver and kube-controller-manager on a prefix of a shared etcd."""
 
-    def __init__(self, name: str, *, etcd: Etcd, binaries: Binaries, workdir: Path) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        etcd: Etcd,
+        binaries: Binaries,
+        workdir: Path,
+        service_cidr: str = SERVICE_CIDR,
+        hosts: Sequence[str] = (),
+        controllers: Sequence[str] = CONTROLLERS,
+        wait: bool = True,
+    ) -> None:
         self.name = name
+        self.binaries, self.controllers = binaries, controllers
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.url = f"https://127.0.0.1:{self.port}"
-        self.files: ServerFiles = server_files(workdir / "pki", hosts=["127.0.0.1", "localhost"])
+        self.service_cidr = service_cidr
+        # The Service "kubernetes" (the first address of the range) is how pods reach the server.
+        self.service_address = str(ipaddress.ip_network(service_cidr)[1])
+        self.files: ServerFiles = server_files(
+            workdir / "pki", hosts=["127.0.0.1", "localhost", self.service_address, *hosts]
+        )
         self.audit_log = workdir / "audit.log"
         policy = workdir / "audit-policy.json"
         policy.write_text(json.dumps(AUDIT_POLICY))
@@ -156,7 +182,7 @@ class RealRuntime:
                 f"--service-account-issuer=https://{name}.envtest.local",
                 f"--service-account-key-file={self.files.service_account_public_key}",
                 f"--service-account-signing-key-file={self.files.service_account_key}",
-                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                f"--service-cluster-ip-range={service_cidr}",
                 # Webhooks and aggregated APIs are called at an EndpointSlice address (a pod's),
                 # not at a ClusterIP: there is no kube-proxy here to route one.
                 "--enable-aggregator-routing=true",
@@ -171,15 +197,23 @@ class RealRuntime:
             ],
             log=workdir / "kube-apiserver.log",
         )
-        self.apiserver.wait_until(self._ready, timeout=START_TIMEOUT, what="kube-apiserver /readyz")
         self.admin_kubeconfig_path = workdir / "admin.kubeconfig"
+        self.controller_manager: Child | None = None
+        if wait:
+            self.finish_start()
+
+    def finish_start(self) -> None:
+        """Wait for the API server, then start the controller manager (``wait=False`` leaves
+        this to the caller: several servers then boot side by side)."""
+        name, workdir = self.name, self.workdir
+        self.apiserver.wait_until(self._ready, timeout=START_TIMEOUT, what="kube-apiserver /readyz")
         self.admin_kubeconfig_path.write_text(json.dumps(self.admin_kubeconfig()))
         manager_kubeconfig = workdir / "controller-manager.kubeconfig"
         manager_kubeconfig.write_text(json.dumps(self._identity(CONTROLLER_MANAGER_USER)))
         self.controller_manager = Child(
             f"kube-controller-manager {name}",
             [
-                str(binaries.kube_controller_manager),
+                str(self.binaries.kube_controller_manager),
                 f"--kubeconfig={manager_kubeconfig}",
                 f"--authentication-kubeconfig={manager_kubeconfig}",
                 f"--authorization-kubeconfig={manager_kubeconfig}",
@@ -192,7 +226,7 @@ class RealRuntime:
                 # What a runtime's objects need: workloads and their garbage, service accounts
                 # and tokens, endpoint slices, aggregated roles. Nodes are envtest.node's (no
                 # heartbeats, no pod CIDRs); fewer informers start sooner on a busy machine.
-                "--controllers=" + ",".join(CONTROLLERS),
+                "--controllers=" + ",".join(self.controllers),
                 "--v=1",
             ],
             log=workdir / "kube-controller-manager.log",
@@ -277,12 +311,14 @@ class RealRuntime:
     # -- lifecycle ----------------------------------------------------------------------------
 
     def stop(self) -> None:
-        self.controller_manager.stop()
+        if self.controller_manager is not None:
+            self.controller_manager.stop()
         self.apiserver.stop()
 
     def children(self) -> Iterator[Child]:
         yield self.apiserver
-        yield self.controller_manager
+        if self.controller_manager is not None:
+            yield self.controller_manager
 
 
 class Cluster:
@@ -295,10 +331,13 @@ class Cluster:
         self.etcd = Etcd(self.binaries, self.workdir)
         self.runtimes: dict[str, RealRuntime] = {}
 
-    def runtime(self, name: str) -> RealRuntime:
+    def runtime(self, name: str, **options: Any) -> RealRuntime:
+        """A new API server and controller manager (``options``: see :class:`RealRuntime`)."""
         if name in self.runtimes:
             raise ValueError(f"runtime {name!r} exists already")
-        runtime = RealRuntime(name, etcd=self.etcd, binaries=self.binaries, workdir=self.workdir / name)
+        runtime = RealRuntime(
+            name, etcd=self.etcd, binaries=self.binaries, workdir=self.workdir / name, **options
+        )
         self.runtimes[name] = runtime
         return runtime
 

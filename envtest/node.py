@@ -1,44 +1,54 @@
-"""What a real runtime has beyond its API server and controllers: a scheduler, a kubelet and a
-pod network, for one :class:`~envtest.cluster.RealRuntime`, on this machine.
+"""What a real cluster has beyond its API server and controllers: a scheduler, a kubelet, a pod
+network, kube-proxy and cluster DNS, for one :class:`~envtest.cluster.RealRuntime`, on this machine.
 
 The stand-in does exactly those parts and nothing the API server or the controllers do:
 
-- **scheduler**: every pod without a node is bound to this runtime's one Node (a ``Binding``);
-- **pod network**: each pod gets its own address, a ``/32`` from ``10.244.0.0/16`` added to the
-  loopback interface (so a process really listens at the pod's IP and port; loopback addresses
-  themselves may not be endpoints). The EndpointSlice controller publishes those addresses, and
-  the API server (``--enable-aggregator-routing``) calls webhooks at them: the path from the
-  ValidatingWebhookConfiguration through the Service to the pod is the real one. Adding
-  addresses needs root (``CAP_NET_ADMIN``); the Makefile leaves the tier out otherwise.
-- **kubelet**: a pod whose container runs our runtime watcher (``python -m watchers.runtime``)
-  becomes a local process, with the container's environment (``value`` and ``fieldRef``), its
-  Secret volumes written to files (paths in the environment follow), bound to the pod's address
-  and the container's own ports; its ``readinessProbe`` (``httpGet``) decides the pod's Ready
-  condition; an exited process is restarted with a growing back-off and reported as
-  ``CrashLoopBackOff``; a pod being deleted is stopped, then removed. Other pods just run (Ready
-  at once, no process), as the emulator's do. The process runs as this user, not as the pod's
-  ``runAsUser``, on this machine's filesystem: Pod Security is checked by the API server's
-  admission, not enforced here. NetworkPolicies are not enforced (no CNI).
+- **scheduler**: every pod without a node is bound to this cluster's one Node (a ``Binding``);
+- **pod network**: each pod gets an address of the node's ``/24`` of ``10.244.0.0/16``
+  (:class:`~envtest.kubelet.PodNetwork`). On the control plane's node (images given, no other
+  pods) each pod has a network namespace of its own behind a veth pair, so its processes listen on
+  its own ports as on a real node; on a runtime's node the pods share this machine's network, their
+  address on the loopback interface (the runtime watcher binds it: ``BIND_ADDRESS``), so they reach
+  what a test serves on 127.0.0.1 as it is. The EndpointSlice controller
+  publishes those addresses, and the API server (``--enable-aggregator-routing``) calls webhooks
+  at them: the path from a ValidatingWebhookConfiguration through the Service to the pod is the
+  real one. Pods in namespaces of their own reach each other through Services only (this machine
+  does not forward between pods' interfaces). Needs root (``CAP_NET_ADMIN``, ``CAP_SYS_ADMIN``);
+  the Makefile leaves the tiers out otherwise.
+- **kubelet** (:mod:`envtest.kubelet`): a pod whose containers' images the node knows
+  (:class:`~envtest.images.Images`; in the ``kube`` tier, where none are given, the runtime watcher
+  runs from the working tree) runs as local processes with its volumes, environment, probes,
+  restarts and status; a pod of another image is ``ErrImagePull``, or, where the node is told to
+  (``other_pods_run``: runtimes, whose operators' pods no test looks into), Ready without a process.
+- **kube-proxy** (:mod:`envtest.proxy`, when ``proxy`` is given): Services' cluster IPs and load
+  balancers' addresses on this machine's loopback, forwarding to ready endpoints, and bridges to
+  hosts outside the cluster;
+- **cluster DNS**: each pod's ``/etc/hosts`` names every Service (``name``, ``name.namespace``,
+  ``name.namespace.svc``, ``name.namespace.svc.cluster.local``) and the outside hosts the node is
+  given (``hosts``), rewritten as Services come and go.
 
-Everything runs on one thread polling the API server as a node identity that the audit policy
-leaves out, so a test counts only its client's requests.
+What it does not: run containers isolated from this machine (they run as root on its file system,
+seen through an overlay; ``runAsUser``, ``readOnlyRootFilesystem``, resource limits and seccomp are
+checked by the API server's admission, not enforced), pull images (they are built from the
+Dockerfiles), enforce NetworkPolicies (no CNI), keep a client's address through a Service (the
+userspace proxy), run ``exec`` or gRPC probes (they pass), or serve ``kubectl exec``/``logs``
+(no kubelet API; a container's output is in its log file under the node's directory).
+
+Everything but the pod workers and the proxy runs on one thread polling the API server as a node
+identity that the audit policy leaves out, so a test counts only its client's requests.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import datetime as dt
 import itertools
+import json
 import logging
-import os
 import random
-import shutil
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +58,8 @@ import kubernetes
 from kubernetes.client.rest import ApiException
 
 from envtest.cluster import RealRuntime
+from envtest.images import Image, Images, dev_image
+from envtest.kubelet import PodNetwork, PodWorker, _helper_env
 from envtest.processes import Child
 
 log = logging.getLogger(__name__)
@@ -55,8 +67,8 @@ log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[1]
 WATCHER_MODULE = "watchers.runtime"
 POLL = 0.1  # seconds between looks at the pods
-SECRET_SYNC = 1.0  # seconds between refreshes of mounted Secret files (a kubelet takes ~1 min)
-BACKOFF = (0.5, 10.0)
+SERVICE_SYNC = 1.0  # seconds between looks at the Services (cluster DNS)
+READ_CACHE = 0.5  # seconds a read Secret or ConfigMap is reused by the pods' workers
 
 
 def runs_runtime_watcher(container: Mapping[str, Any]) -> bool:
@@ -97,24 +109,21 @@ def _ip(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
 
 
-@dataclass
-class _Pod:
-    namespace: str
-    name: str
-    uid: str
-    ip: str
-    container: dict[str, Any]
-    workdir: Path
-    child: Child | None = None
-    ready: bool = False
-    restarts: int = 0
-    restart_at: float = 0.0
-    files: dict[Path, bytes] = field(default_factory=dict)
-    status_sent: tuple | None = None
+def _ip(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
+
+
+@dataclass(frozen=True)
+class ProxyConfig:
+    """What the node's kube-proxy serves besides Services: ``bridges`` (``ADDR:PORT`` ->
+    ``127.0.0.1:PORT``, hosts outside the cluster) and the load balancers' address pool."""
+
+    bridges: dict[str, str] = field(default_factory=dict)
+    load_balancer_pool: str = ""
 
 
 class Node:
-    """Scheduler, kubelet and pod network of one runtime (see the module docstring)."""
+    """Scheduler, kubelet, pod network, kube-proxy and DNS of one cluster (module docstring)."""
 
     def __init__(
         self,
@@ -124,43 +133,173 @@ class Node:
         env: Mapping[str, str] | None = None,
         python: str = sys.executable,
         run_watchers: bool = True,
+        images: Images | None = None,
+        other_pods_run: bool = True,
+        hosts: Mapping[str, str] | None = None,
+        proxy: ProxyConfig | None = None,
     ) -> None:
         self.runtime = runtime
         self.run_watchers = run_watchers  # False: watcher pods just run too (benchmarks)
         self.name = name
-        self.env = dict(env or {})  # applied last to watcher processes (e.g. HEARTBEAT_INTERVAL)
+        self.env = dict(env or {})  # applied last to runtime watcher containers (HEARTBEAT_INTERVAL)
         self.python = python
+        self.images = images
+        self.other_pods_run = other_pods_run
+        self.hosts = dict(hosts or {})  # outside names the pods resolve (the world's DNS)
         self.workdir = runtime.workdir / "node"
-        self.addresses = PodAddresses()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        # Names are the cluster DNS stand-in's (each pod's /etc/hosts) and nobody else's: a name
+        # it does not know fails at once, as NXDOMAIN would, instead of waiting for this
+        # machine's resolver, which pods cannot reach.
+        self.resolv_conf = self.workdir / "resolv.conf"
+        self.resolv_conf.write_text("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
+        # Pods get network namespaces of their own where the node runs images (the control
+        # plane's cluster: several pods bind the same ports); a runtime's node shares this machine's.
+        self.network = PodNetwork(isolated=images is not None and not other_pods_run)
         self.api = kubernetes.config.new_client_from_config_dict(runtime.node_kubeconfig())
         self.core = kubernetes.client.CoreV1Api(self.api)
-        self._pods: dict[str, _Pod] = {}  # by uid
-        self._stop = threading.Event()
-        self._last_secret_sync = 0.0
+        self.stopping = threading.Event()
         self.errors: list[str] = []
+        self._workers: dict[str, PodWorker] = {}  # by uid
+        self._services: dict[str, str] = {}  # DNS name -> address
+        self._service_env: dict[str, str] = {}
+        self._last_service_sync = 0.0
+        self._reads: dict[tuple[str, str, str], tuple[float, dict | None]] = {}
+        self._reads_lock = threading.Lock()
         self._register()
+        self.proxy = self._start_proxy(proxy) if proxy is not None else None
         self._thread = threading.Thread(target=self._run, name=f"envtest-node-{runtime.name}", daemon=True)
         self._thread.start()
 
     # -- for tests ------------------------------------------------------------------------------
 
     def process(self, namespace: str, name_prefix: str) -> Child | None:
-        """The running process of a pod whose name starts with ``name_prefix``."""
-        for pod in self._pods.values():
-            if pod.namespace == namespace and pod.name.startswith(name_prefix) and pod.child is not None:
-                return pod.child
+        """The running process (first container) of a pod whose name starts with ``name_prefix``."""
+        for worker in list(self._workers.values()):
+            state = worker.state
+            if state.namespace == namespace and state.name.startswith(name_prefix):
+                child = worker.process()
+                if child is not None:
+                    return child
         return None
 
+    def pods(self, namespace: str, name_prefix: str = "") -> list[PodWorker]:
+        return [
+            w
+            for w in list(self._workers.values())
+            if w.state.namespace == namespace and w.state.name.startswith(name_prefix)
+        ]
+
     def close(self) -> None:
-        self._stop.set()
+        self.stopping.set()
         self._thread.join(10)
-        for pod in list(self._pods.values()):
-            self._stop_pod(pod)
-        self._pods.clear()
-        self.addresses.release_all()
+        workers = list(self._workers.values())
+        for worker in workers:
+            worker.deleting.set()
+        for worker in workers:
+            worker.done.wait(120)
+        self._workers.clear()
+        if self.proxy is not None:
+            self.proxy.stop(10)
         self.api.close()
 
+    # -- what the pod workers ask ----------------------------------------------------------------
+
+    def image(self, ref: str, container: Mapping[str, Any] | None = None) -> Image | None:
+        if self.images is not None and (found := self.images.get(ref)) is not None:
+            return found
+        if (
+            self.images is None
+            and container is not None
+            and self.run_watchers
+            and runs_runtime_watcher(container)
+        ):
+            return dev_image(ref, ROOT)
+        return None
+
+    def placeholder(self, pod: Mapping[str, Any]) -> bool:
+        """Whether a pod runs without a process (Ready at once): none of its images is known and
+        the node lets such pods run (runtimes' operator pods, watchers in benchmarks)."""
+        containers = [*(pod["spec"].get("initContainers") or ()), *pod["spec"]["containers"]]
+        return self.other_pods_run and not any(self.image(c.get("image", ""), c) for c in containers)
+
+    def read(self, plural: str, namespace: str, name: str) -> dict | None:
+        key = (plural, namespace, name)
+        with self._reads_lock:
+            cached = self._reads.get(key)
+            if cached is not None and time.monotonic() - cached[0] < READ_CACHE:
+                return cached[1]
+        path = f"/api/v1/namespaces/{namespace}/{plural}/{name}"
+        try:
+            found = self._get(path)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            found = None
+        with self._reads_lock:
+            self._reads[key] = (time.monotonic(), found)
+        return found
+
+    def create_token(self, namespace: str, account: str, spec: dict[str, Any]) -> dict[str, Any]:
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
+        return self.api.call_api(
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
+            "POST",
+            body=body,
+            header_params={"Content-Type": "application/json", "Accept": "application/json"},
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _return_http_data_only=True,
+        ).json()
+
+    def patch_status(self, namespace: str, name: str, body: dict[str, Any]) -> bool:
+        try:
+            self.core.patch_namespaced_pod_status(name, namespace, body, _preload_content=False)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    def service_environment(self) -> dict[str, str]:
+        """What a kubelet gives every container: where the cluster's API server is."""
+        return dict(self._service_env)
+
+    def extra_env(self, container: Mapping[str, Any], address: str) -> dict[str, str]:
+        """What the node adds to a runtime watcher's environment: the node's ``env``, and where
+        pods share this machine's network, the pod's address to bind (``BIND_ADDRESS``)."""
+        if not runs_runtime_watcher(container):
+            return {}
+        shared = {} if self.network.isolated else {"BIND_ADDRESS": address}
+        return {**shared, **self.env}
+
+    def hosts_file(self, path: Path, namespace: str, pod: str) -> None:
+        """The pod's ``/etc/hosts`` (written in place: it is bound into the container)."""
+        lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
+        for name, address in sorted(self._services.items()):
+            short = name.removesuffix(f".{namespace}")
+            names = [name] if short == name else [name, short]
+            lines.append(f"{address}\t{' '.join(names)}")
+        lines += [f"{address}\t{name}" for name, address in sorted(self.hosts.items())]
+        text = "\n".join(lines) + "\n"
+        if path.exists() and path.read_text() == text:
+            return
+        with open(path, "a+") as handle:
+            handle.seek(0)
+            handle.truncate()
+            handle.write(text)
+
     # -- the loop -------------------------------------------------------------------------------
+
+    def _get(self, path: str) -> dict[str, Any]:
+        return self.api.call_api(
+            path,
+            "GET",
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _return_http_data_only=True,
+        ).json()
 
     def _register(self) -> None:
         body = {
@@ -182,42 +321,99 @@ class Node:
                         "lastTransitionTime": now,
                     }
                 ],
-                "addresses": [{"type": "Hostname", "address": self.name}],
+                "addresses": [
+                    {"type": "Hostname", "address": self.name},
+                    {"type": "InternalIP", "address": self.network.gateway},
+                ],
                 "capacity": {"cpu": "8", "memory": "16Gi", "pods": "110"},
                 "allocatable": {"cpu": "8", "memory": "16Gi", "pods": "110"},
             }
         }
         self.core.patch_node_status(self.name, status)
 
+    def _start_proxy(self, config: ProxyConfig) -> Child:
+        kubeconfig = self.workdir / "proxy.kubeconfig"
+        kubeconfig.write_text(json.dumps(self.runtime.node_kubeconfig()))
+        kubeconfig.chmod(0o600)
+        ready = self.workdir / "proxy.ready"
+        settings = {
+            "kubeconfig": str(kubeconfig),
+            "apiserver": f"127.0.0.1:{self.runtime.port}",
+            "bridges": config.bridges,
+            "load_balancer_pool": config.load_balancer_pool or f"10.250.{random.randrange(1, 255)}.0/26",
+            "ready_file": str(ready),
+        }
+        path = self.workdir / "proxy.json"
+        path.write_text(json.dumps(settings))
+        child = Child(
+            f"kube-proxy {self.runtime.name}",
+            [self.python, "-m", "envtest.proxy", str(path)],
+            log=self.workdir / "proxy.log",
+            env={**_helper_env(), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+            cwd=ROOT,
+        )
+        child.wait_until(ready.exists, timeout=60, what="kube-proxy ready")
+        return child
+
     def _run(self) -> None:
-        while not self._stop.is_set():
+        while not self.stopping.is_set():
             try:
                 self._sync()
             except Exception as exc:  # the node keeps going, as a kubelet would
-                if not self._stop.is_set():
+                if not self.stopping.is_set():
                     self.errors.append(f"{type(exc).__name__}: {exc}")
                     log.warning("envtest node %s: %s", self.runtime.name, exc)
-            self._stop.wait(POLL)
+            self.stopping.wait(POLL)
 
     def _sync(self) -> None:
+        if time.monotonic() - self._last_service_sync > SERVICE_SYNC:
+            self._last_service_sync = time.monotonic()
+            self._sync_services()
         seen = set()
         for pod in self.core.list_pod_for_all_namespaces(_preload_content=False).json()["items"]:
             meta, spec = pod["metadata"], pod["spec"]
             seen.add(meta["uid"])
-            if meta.get("deletionTimestamp"):
-                self._delete(pod)
-            elif not spec.get("nodeName"):
-                self._bind(pod)
-            elif spec["nodeName"] == self.name:
-                self._run_pod(pod)
-        for uid in list(self._pods):
+            worker = self._workers.get(meta["uid"])
+            if not spec.get("nodeName"):
+                if not meta.get("deletionTimestamp"):
+                    self._bind(pod)
+                else:
+                    self._confirm_deletion(pod)
+            elif spec["nodeName"] != self.name:
+                continue
+            elif worker is None:
+                if meta.get("deletionTimestamp"):
+                    self._confirm_deletion(pod)
+                elif (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                    self._workers[meta["uid"]] = PodWorker(self, pod)
+            else:
+                worker.update(pod)
+                if meta.get("deletionTimestamp") and worker.done.is_set():
+                    self._confirm_deletion(pod)
+        for uid in list(self._workers):
             if uid not in seen:  # removed without us (grace period 0, or the whole namespace)
-                self._stop_pod(self._pods.pop(uid))
-        if time.monotonic() - self._last_secret_sync > SECRET_SYNC:
-            self._last_secret_sync = time.monotonic()
-            for pod in self._pods.values():
-                if pod.child is not None:
-                    self._write_files(pod)
+                worker = self._workers.pop(uid)
+                worker.gone.set()
+
+    def _sync_services(self) -> None:
+        names: dict[str, str] = {}
+        for service in self.core.list_service_for_all_namespaces(_preload_content=False).json()["items"]:
+            meta, spec = service["metadata"], service["spec"]
+            address = spec.get("clusterIP")
+            if spec.get("type") == "ExternalName":
+                address = self.hosts.get(spec.get("externalName", ""))
+            if not address or address == "None":
+                continue
+            base = f"{meta['name']}.{meta['namespace']}"
+            for name in (base, f"{base}.svc", f"{base}.svc.cluster.local"):
+                names[name] = address
+            if (meta["namespace"], meta["name"]) == ("default", "kubernetes"):
+                self._service_env = {
+                    "KUBERNETES_SERVICE_HOST": address,
+                    "KUBERNETES_SERVICE_PORT": "443",
+                    "KUBERNETES_PORT": f"tcp://{address}:443",
+                }
+        self._services = names
 
     def _bind(self, pod: dict[str, Any]) -> None:
         meta = pod["metadata"]
@@ -230,240 +426,14 @@ class Node:
         with contextlib.suppress(ApiException):  # bound meanwhile, or gone
             self.core.create_namespaced_binding(meta["namespace"], body, _preload_content=False)
 
-    def _run_pod(self, pod: dict[str, Any]) -> None:
-        meta, spec = pod["metadata"], pod["spec"]
-        known = self._pods.get(meta["uid"])
-        if known is None:
-            container = spec["containers"][0]
-            known = _Pod(
-                namespace=meta["namespace"],
-                name=meta["name"],
-                uid=meta["uid"],
-                ip=self.addresses.take(),
-                container=container,
-                workdir=self.workdir / f"{meta['namespace']}-{meta['name']}",
-            )
-            self._pods[known.uid] = known
-            if self.run_watchers and runs_runtime_watcher(container):
-                self._collect_files(known, spec)
-                self._start(known, pod)
-            else:
-                known.ready = True  # other pods just run
-        elif known.child is not None:
-            self._supervise(known, pod)
-        elif known.restart_at and time.monotonic() >= known.restart_at:
-            known.restart_at = 0.0
-            self._start(known, pod)
-        self._report(known)
-
-    # -- processes ------------------------------------------------------------------------------
-
-    def _collect_files(self, pod: _Pod, spec: dict[str, Any]) -> None:
-        """The container's Secret and ConfigMap volumes as files under the pod's directory."""
-        volumes = {v["name"]: v for v in spec.get("volumes") or ()}
-        pod.files.clear()
-        for mount in pod.container.get("volumeMounts") or ():
-            volume = volumes.get(mount["name"]) or {}
-            data = self._volume_data(pod.namespace, volume)
-            for key, content in data.items():
-                pod.files[Path(mount["mountPath"]) / key] = content
-        self._write_files(pod)
-
-    def _volume_data(self, namespace: str, volume: Mapping[str, Any]) -> dict[str, bytes]:
-        if "secret" in volume:
-            secret = self.core.read_namespaced_secret(
-                volume["secret"]["secretName"], namespace, _preload_content=False
-            ).json()
-            data = {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
-        elif "configMap" in volume:
-            config_map = self.core.read_namespaced_config_map(
-                volume["configMap"]["name"], namespace, _preload_content=False
-            ).json()
-            data = {k: v.encode() for k, v in (config_map.get("data") or {}).items()}
-        else:
-            return {}
-        items = (volume.get("secret") or volume.get("configMap") or {}).get("items")
-        if items:
-            data = {item["path"]: data[item["key"]] for item in items if item["key"] in data}
-        return data
-
-    def _write_files(self, pod: _Pod) -> None:
-        """(Re)write mounted files, atomically, as the kubelet's symlink swap does."""
-        spec_volumes = None
-        if pod.child is not None:  # a running pod: the Secret's current content
-            spec_volumes = self._current_volumes(pod)
-        if spec_volumes is not None:
-            pod.files = spec_volumes
-        for path, content in pod.files.items():
-            target = self._local(pod, str(path))
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if target.exists() and target.read_bytes() == content:
-                continue
-            temporary = target.with_name(f".{target.name}.tmp")
-            temporary.write_bytes(content)
-            os.replace(temporary, target)
-
-    def _current_volumes(self, pod: _Pod) -> dict[Path, bytes] | None:
-        try:
-            live = self.core.read_namespaced_pod(pod.name, pod.namespace, _preload_content=False).json()
-        except ApiException:
-            return None
-        volumes = {v["name"]: v for v in live["spec"].get("volumes") or ()}
-        files: dict[Path, bytes] = {}
-        for mount in pod.container.get("volumeMounts") or ():
-            try:
-                data = self._volume_data(pod.namespace, volumes.get(mount["name"]) or {})
-            except ApiException:
-                return None  # keep what is mounted, as a kubelet does when a Secret is gone
-            for key, content in data.items():
-                files[Path(mount["mountPath"]) / key] = content
-        return files
-
-    def _local(self, pod: _Pod, path: str) -> Path:
-        return pod.workdir / "files" / path.lstrip("/")
-
-    def _environment(self, pod: _Pod, live: dict[str, Any]) -> dict[str, str]:
-        env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "PYTHONPATH": str(ROOT),
-            "PYTHONUNBUFFERED": "1",
-        }
-        mounts = sorted(
-            (m["mountPath"] for m in pod.container.get("volumeMounts") or ()), key=len, reverse=True
-        )
-        for item in pod.container.get("env") or ():
-            value = item.get("value")
-            if value is None:
-                value = _field_ref(item.get("valueFrom") or {}, live, pod.ip)
-            for mount in mounts:
-                if value == mount or value.startswith(mount.rstrip("/") + "/"):
-                    value = str(self._local(pod, value))
-                    break
-            env[item["name"]] = value
-        env["BIND_ADDRESS"] = pod.ip
-        env.update(self.env)
-        return env
-
-    def _start(self, pod: _Pod, live: dict[str, Any]) -> None:
-        argv = [*(pod.container.get("command") or ()), *(pod.container.get("args") or ())]
-        if argv and Path(argv[0]).name.startswith("python"):
-            argv[0] = self.python
-        pod.ready = False
-        pod.child = Child(
-            f"{pod.namespace}/{pod.name}",
-            argv,
-            log=pod.workdir / "output.log",
-            env=self._environment(pod, live),
-            cwd=ROOT,
-        )
-
-    def _supervise(self, pod: _Pod, live: dict[str, Any]) -> None:
-        assert pod.child is not None
-        if not pod.child.running():
-            pod.restarts += 1
-            pod.ready = False
-            first, maximum = BACKOFF
-            pod.restart_at = time.monotonic() + min(maximum, first * 2 ** (pod.restarts - 1))
-            log.warning("envtest node: %s/%s exited; restart %d", pod.namespace, pod.name, pod.restarts)
-            pod.child = None
-            return
-        pod.ready = self._probe(pod)
-
-    def _probe(self, pod: _Pod) -> bool:
-        http_get = (pod.container.get("readinessProbe") or {}).get("httpGet")
-        if not http_get:
-            return True
-        port = http_get.get("port")
-        if isinstance(port, str) and not port.isdigit():
-            port = next(
-                (p["containerPort"] for p in pod.container.get("ports") or () if p.get("name") == port), 0
-            )
-        url = f"http://{pod.ip}:{port}{http_get.get('path') or '/'}"
-        try:
-            with urllib.request.urlopen(url, timeout=1) as response:
-                return response.status == 200
-        except OSError:
-            return False
-
-    def _report(self, pod: _Pod) -> None:
-        """Write the pod's status when it changed (phase, address, Ready, restarts)."""
-        waiting = pod.child is None and bool(pod.restart_at)
-        key = (pod.ready, pod.restarts, waiting)
-        if key == pod.status_sent:
-            return
-        now = _now()
-        ready = "True" if pod.ready else "False"
-        state = (
-            {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off restarting failed container"}}
-            if waiting
-            else {"running": {"startedAt": now}}
-        )
-        status = {
-            "status": {
-                "phase": "Running",
-                "hostIP": pod.ip,
-                "hostIPs": [{"ip": pod.ip}],
-                "podIP": pod.ip,
-                "podIPs": [{"ip": pod.ip}],
-                "startTime": now,
-                "conditions": [
-                    {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
-                    {"type": "Initialized", "status": "True", "lastTransitionTime": now},
-                    {"type": "ContainersReady", "status": ready, "lastTransitionTime": now},
-                    {"type": "Ready", "status": ready, "lastTransitionTime": now},
-                ],
-                "containerStatuses": [
-                    {
-                        "name": pod.container["name"],
-                        "image": pod.container.get("image", ""),
-                        "imageID": "",
-                        "ready": pod.ready,
-                        "started": not waiting,
-                        "restartCount": pod.restarts,
-                        "state": state,
-                    }
-                ],
-            }
-        }
-        try:
-            self.core.patch_namespaced_pod_status(pod.name, pod.namespace, status, _preload_content=False)
-            pod.status_sent = key
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-
-    def _delete(self, pod: dict[str, Any]) -> None:
-        """A pod being deleted: stop it, then confirm, as the kubelet does (grace period 0)."""
+    def _confirm_deletion(self, pod: dict[str, Any]) -> None:
+        """The kubelet's last word on a pod being deleted: its containers stopped, gone now."""
         meta = pod["metadata"]
-        known = self._pods.pop(meta["uid"], None)
-        if known is not None:
-            self._stop_pod(known)
-        if pod["spec"].get("nodeName") in (self.name, None, ""):
-            body = {"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}}
-            with contextlib.suppress(ApiException):
-                self.core.delete_namespaced_pod(meta["name"], meta["namespace"], body=body)
-
-    def _stop_pod(self, pod: _Pod) -> None:
-        if pod.child is not None:
-            pod.child.stop(5)
-            pod.child = None
-        self.addresses.release(pod.ip)
-        shutil.rmtree(pod.workdir, ignore_errors=True)
-
-
-def _field_ref(value_from: Mapping[str, Any], pod: Mapping[str, Any], ip: str) -> str:
-    path = (value_from.get("fieldRef") or {}).get("fieldPath", "")
-    meta = pod["metadata"]
-    return {
-        "metadata.name": meta["name"],
-        "metadata.namespace": meta["namespace"],
-        "metadata.uid": meta["uid"],
-        "status.podIP": ip,
-        "status.hostIP": ip,
-        "spec.nodeName": pod["spec"].get("nodeName", ""),
-        "spec.serviceAccountName": pod["spec"].get("serviceAccountName", ""),
-    }.get(path, "")
+        self._workers.pop(meta["uid"], None)
+        body = {"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}}
+        with contextlib.suppress(ApiException):
+            self.core.delete_namespaced_pod(meta["name"], meta["namespace"], body=body)
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

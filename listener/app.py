@@ -27,7 +27,7 @@ from http import HTTPStatus
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, close_old_connections
+from django.db import DatabaseError, close_old_connections, connection
 
 from kernel.dberrors import database_unavailable
 from kernel.errors import ApplicationError, error_body
@@ -192,6 +192,14 @@ def _tidy_connections() -> None:
         close_old_connections()
 
 
+def _give_back_connection() -> None:
+    """With a pool (``DATABASE_POOL_MAX_SIZE``) the thread's connection goes back after each
+    request, so the process's threads share the pool's few connections (no reconnect: the pool
+    keeps them open)."""
+    if settings.DATABASE_POOLED:
+        connection.close()
+
+
 _STATUS_LINES = {status.value: f"{status.value} {status.phrase}" for status in HTTPStatus}
 
 
@@ -209,4 +217,5 @@ def application(environ: dict[str, Any], start_response: StartResponse) -> list[
         )
     finally:
         metrics.TALLY.end(label, status, time.perf_counter() - started)
+        _give_back_connection()
     return [payload]

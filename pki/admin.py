@@ -18,6 +18,7 @@ from kernel.admin import AuditHistoryMixin, state_badge
 from kernel.errors import ApplicationError
 
 from . import selectors, services
+from .gateway import gateway_secret_sync_request
 from .jobs import ca_rotation_start
 from .metrics import EXPIRING_WITHIN, OVERDUE_AFTER
 from .models import Certificate, CertificateAuthority, CertificatePurpose, CertificateStatus
@@ -211,6 +212,8 @@ class CertificateAdmin(AuditHistoryMixin, ReadOnlyAdmin):
                 messages.error(request, f"{cert}: {exc.message}")
         if kymas:
             queue.request(kymas, reason="certificate renewed by an operator")
+        if renewed_listener:
+            gateway_secret_sync_request()  # where the control plane keeps the gateway's Secret
         count = len(kymas) + int(renewed_listener)
         messages.success(
             request, f"Renewed {count} certificate(s); runtimes receive theirs on their next reconcile."

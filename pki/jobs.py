@@ -19,6 +19,7 @@ from fleet.jobs.services import User, check_time, job_create, job_progress, log_
 from fleet.models import Job, JobKind, Kyma
 
 from . import services as pki
+from .gateway import gateway_secret_sync_request
 from .models import Certificate, CertificatePurpose
 
 CERTIFICATE_BATCH = 200
@@ -48,6 +49,8 @@ def ca_rotation_start(*, user: User = None, now: dt.datetime | None = None) -> J
             f"the listener switches to it at {ca.serving_from:%Y-%m-%d %H:%M} UTC",
         )
         job.save(update_fields=["result", "log"])
+        # The gateway trusts the new CA as soon as possible: runtimes get certificates of it next.
+        gateway_secret_sync_request()
     return job
 
 

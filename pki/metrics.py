@@ -9,7 +9,7 @@ from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 
 from . import selectors
-from .models import CertificatePurpose, CertificateStatus
+from .models import CertificatePurpose, CertificateStatus, GatewaySecretState
 
 EXPIRING_WITHIN = dt.timedelta(days=7)
 OVERDUE_AFTER = dt.timedelta(hours=1)
@@ -51,3 +51,41 @@ def collect() -> Iterator[GaugeMetricFamily]:
         )
         expiry.add_metric([ca.fingerprint, role], ca.not_after.timestamp())
     yield expiry
+    yield from _gateway()
+
+
+def _gateway() -> Iterator[GaugeMetricFamily]:
+    """The Istio gateway's credential Secret as the control plane last wrote or found it."""
+    expiry = GaugeMetricFamily(
+        "controlplane_gateway_certificate_expiry_timestamp_seconds",
+        "Expiry of the server certificate in the Istio gateway's credential Secret, as last written or "
+        "found there (absent where the control plane does not keep it: GATEWAY_SECRET_SYNC off)",
+        labels=["secret"],
+    )
+    synced = GaugeMetricFamily(
+        "controlplane_gateway_secret_synced_timestamp_seconds",
+        "When the gateway's credential Secret was last found current or written",
+        labels=["secret"],
+    )
+    failing = GaugeMetricFamily(
+        "controlplane_gateway_secret_sync_failing",
+        "1 while the last attempt to read or write the gateway's credential Secret failed",
+        labels=["secret"],
+    )
+    cas = GaugeMetricFamily(
+        "controlplane_gateway_secret_cas",
+        "CAs in the gateway's ca.crt (2 during a CA rotation)",
+        labels=["secret"],
+    )
+    for state in GatewaySecretState.objects.all():
+        secret = f"{state.namespace}/{state.name}"
+        if state.certificate_not_after is not None:
+            expiry.add_metric([secret], state.certificate_not_after.timestamp())
+            cas.add_metric([secret], len(state.bundle_fingerprints))
+        if state.synced_at is not None:
+            synced.add_metric([secret], state.synced_at.timestamp())
+        failing.add_metric([secret], 1 if state.last_error else 0)
+    yield expiry
+    yield synced
+    yield failing
+    yield cas

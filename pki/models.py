@@ -111,3 +111,27 @@ class Certificate(CertificateMaterial):
         if self.renew_after <= now:
             return CertificateStatus.RENEWING
         return CertificateStatus.VALID
+
+
+class GatewaySecretState(models.Model):
+    """What the control plane last wrote to (or found in) the Istio ingress gateway's credential
+    Secret, one row per Secret: the metrics, the dashboard and an operator read it here, without a
+    right to read the Secret itself. Written only by :func:`pki.gateway.gateway_secret_sync`."""
+
+    namespace = models.CharField(max_length=63)
+    name = models.CharField(max_length=253)
+    certificate_fingerprint = models.CharField("server certificate (SHA-256)", max_length=95, blank=True)
+    certificate_not_after = models.DateTimeField("server certificate expires", null=True, blank=True)
+    bundle_fingerprints = models.JSONField("CAs in ca.crt", default=list)
+    synced_at = models.DateTimeField("last found current or written", null=True, blank=True)
+    written_at = models.DateTimeField("last written", null=True, blank=True)
+    writes = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    error_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "gateway secret"
+        constraints = [models.UniqueConstraint(fields=["namespace", "name"], name="gateway_secret_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"

@@ -20,7 +20,6 @@ the same every time and ``manage.py render_gateway`` can print it for ``kubectl 
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import re
 from collections.abc import Iterable, Mapping
@@ -42,9 +41,10 @@ GATEWAY_LABELS = {"operator.kyma-project.io/watcher-gateway": "default"}
 GATEWAY_NAME = "watcher"
 GATEWAY_NAMESPACE = "kcp-system"
 GATEWAY_SELECTOR = {"istio": "ingressgateway"}
-# Secret (in the ingress gateway's namespace) with tls.crt, tls.key and ca.crt: see deploy/istio.
-CREDENTIAL_NAME = "kcp-listener-gateway-tls"
-CREDENTIAL_NAMESPACE = "istio-system"
+# Secret (in the ingress gateway's namespace) with tls.crt, tls.key and ca.crt: see deploy/istio;
+# written by the control plane (pki.gateway) or printed by render_gateway --with-credential.
+CREDENTIAL_NAME = settings.GATEWAY_SECRET_NAME
+CREDENTIAL_NAMESPACE = settings.GATEWAY_SECRET_NAMESPACE
 CONTRACTS = ("v1", "v2")
 HEARTBEAT_PATH = "/watcher/heartbeat"
 MAX_NAME = 63
@@ -212,27 +212,3 @@ def virtual_services(
         else:
             unbound.append(watcher)
     return routed, unbound
-
-
-def credential_secret(
-    *,
-    cert: bytes,
-    key: bytes,
-    ca_bundle: bytes,
-    name: str = CREDENTIAL_NAME,
-    namespace: str = CREDENTIAL_NAMESPACE,
-) -> dict[str, Any]:
-    """The Gateway's ``credentialName`` Secret: server certificate, key and the client CA bundle.
-
-    Istio reads ``tls.crt``/``tls.key`` and, for MUTUAL, ``ca.crt`` from one Secret in the ingress
-    gateway's namespace. The bundle holds every trusted CA, so a CA rotation keeps old runtime
-    certificates valid while they are re-issued.
-    """
-    data = {"tls.crt": cert, "tls.key": key, "ca.crt": ca_bundle}
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": name, "namespace": namespace, "labels": dict(MANAGED_BY)},
-        "type": "Opaque",
-        "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
-    }

@@ -20,6 +20,7 @@ from fleet.selectors import watcher_q
 from listener.models import WatchEventRecord
 from pki import selectors as pki_selectors
 from pki.metrics import EXPIRING_WITHIN, OVERDUE_AFTER
+from pki.models import GatewaySecretState
 
 # Narrows a queryset to what the viewer may see (access.scope.scoped for one user); the identity
 # for the whole fleet.
@@ -212,6 +213,7 @@ class FleetOverview:
     failing_groups: list[FailingGroup]
     failing_other: int  # Kymas in Error under reasons beyond the groups shown
     jobs: list[Job] = field(default_factory=list)  # Kymas in Error under reasons beyond the groups shown
+    gateway_secrets: list[GatewaySecretState] = field(default_factory=list)  # kept by the control plane
 
     @property
     def kymas(self) -> int:
@@ -227,7 +229,11 @@ class FleetOverview:
 
 
 def fleet_overview(
-    now: dt.datetime | None = None, *, narrow: Narrow = everything, jobs: QuerySet | None = None
+    now: dt.datetime | None = None,
+    *,
+    narrow: Narrow = everything,
+    jobs: QuerySet | None = None,
+    whole_fleet: bool = True,
 ) -> FleetOverview:
     """The dashboard's figures: ten queries, each an aggregate or a short bounded list, of the
     Kymas ``narrow`` leaves (a scoped viewer's), and ``jobs`` (default: everyone's)."""
@@ -246,6 +252,8 @@ def fleet_overview(
         certificates_expiring=narrow(pki_selectors.certificates_expiring(EXPIRING_WITHIN, now)).count(),
         renewals_overdue=narrow(pki_selectors.renewals_overdue(OVERDUE_AFTER, now)).count(),
         jobs=list(jobs.select_related("created_by").defer("log")[:JOBS_SHOWN]),
+        # The gateway's credential is the whole control plane's: a scoped viewer does not see it.
+        gateway_secrets=list(GatewaySecretState.objects.order_by("namespace", "name")) if whole_fleet else [],
         failing_groups=groups,
         failing_other=other,
     )

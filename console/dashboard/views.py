@@ -146,7 +146,7 @@ def fleet_dashboard(request: HttpRequest) -> TemplateResponse:
     context = {
         **admin.site.each_context(request),
         "title": "Fleet dashboard",
-        **fleet_context(selectors.fleet_overview(narrow=narrow, jobs=jobs)),
+        **fleet_context(selectors.fleet_overview(narrow=narrow, jobs=jobs, whole_fleet=not is_scoped(user))),
         **rollouts_context(narrow),
         "scope": scope_of(user).describe() if is_scoped(user) else "",
     }

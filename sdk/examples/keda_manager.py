@@ -5,7 +5,6 @@ the module version the runtime gets (a rollout hands it out wave by wave) decide
 Environment: ``KCP_API`` (e.g. ``http://127.0.0.1:8000/api/v1``), ``KCP_TOKEN``, ``STATE_FILE``.
 """
 
-import logging
 import os
 
 from kyma_module_sdk import Manager, ModuleConfig
@@ -48,5 +47,4 @@ def keda(config: ModuleConfig) -> list[dict]:
 
 
 if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    manager.run()
+    manager.main()

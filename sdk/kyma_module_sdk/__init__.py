@@ -9,12 +9,13 @@ plane's HMAC-signed webhook notifications.
 """
 
 from .client import ApiError, Client
-from .manager import Manager, ModuleConfig
+from .manager import CredentialRefused, Manager, ModuleConfig
 from .notifications import InvalidNotification, notification_config, verify_notification
 
 __all__ = [
     "ApiError",
     "Client",
+    "CredentialRefused",
     "InvalidNotification",
     "Manager",
     "ModuleConfig",

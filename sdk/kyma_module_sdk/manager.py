@@ -6,6 +6,8 @@ import hashlib
 import json
 import logging
 import os
+import signal
+import sys
 import tempfile
 import threading
 import time
@@ -19,6 +21,13 @@ log = logging.getLogger("kyma_module_sdk")
 SYNC_API_VERSION = "controlplane.kyma-project.io/v1alpha1"
 # Answers that mean "this server cannot watch": fall back to polling.
 NO_WATCH = {400, 404, 405, 406, 501}
+# Answers that mean "this credential is not accepted here": retrying cannot help.
+REFUSED = {401, 403}
+
+
+class CredentialRefused(ApiError):
+    """The control plane refused the manager's credential (none given, unknown, revoked, or not
+    for this module): the manager stops instead of retrying for ever."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +100,7 @@ class Manager:
         concurrency: int = 8,
     ) -> None:
         self.client = client or Client(api, token)
+        self.token_given = bool(token) or client is not None
         self.module = module
         self.state_file = state_file
         self.poll_interval = poll_interval
@@ -128,9 +138,34 @@ class Manager:
     # -- serving ---------------------------------------------------------------------------------
 
     def run(self) -> None:
-        """Follow the module's ModuleConfigs until ``stop()``; errors are retried with backoff."""
+        """Follow the module's ModuleConfigs until ``stop()`` (or Ctrl-C); errors are retried with
+        backoff, except a refused credential: :class:`CredentialRefused`."""
         if self._handler is None:
             raise RuntimeError("declare a handler first: @manager.handler")
+        if not self.token_given:
+            raise CredentialRefused(
+                401, "no credential given: pass the module credential (kcpm_...) as token"
+            )
+        try:
+            self._follow()
+        except KeyboardInterrupt:
+            log.info("manager of %s stopped at revision %s", self.module, self.revision)
+        finally:
+            self.stop()
+
+    def main(self) -> None:
+        """Run as a program: log to standard error, stop cleanly on Ctrl-C or SIGTERM (what a
+        container runtime sends), and end with one line and exit status 2 when the credential is
+        refused."""
+        logging.basicConfig(level=logging.INFO, format="%(message)s")
+        signal.signal(signal.SIGTERM, lambda *_: self.stop())
+        try:
+            self.run()
+        except CredentialRefused as refused:
+            sys.stderr.write(f"{self.module} manager: credential refused ({refused}); stopping\n")
+            raise SystemExit(2) from None
+
+    def _follow(self) -> None:
         backoff = Backoff()
         watching, retry_watch_at = True, 0.0
         log.info("manager of %s starts after revision %s", self.module, self.revision)
@@ -151,6 +186,8 @@ class Manager:
                 if len(page) < 500:
                     self.stopping.wait(self.poll_interval)
             except ApiError as error:
+                if error.status in REFUSED:
+                    raise CredentialRefused(error.status, error.detail) from None
                 if error.status == 410:  # the control plane's data was reset: start over
                     log.warning("%s; handling every config again", error.detail)
                     self._work.drain()

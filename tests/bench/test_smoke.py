@@ -106,10 +106,19 @@ def test_the_benchmarks_are_found():
 
 
 def needs(script: Path) -> list[pytest.MarkDecorator]:
-    """A benchmark that starts real Kubernetes (it imports ``envtest``) is of the kube tier: it runs
-    where that tier does (the binaries built, root), as ``make test`` decides."""
-    uses_envtest = re.search(r"^\s*(from|import) envtest\b", script.read_text(), re.MULTILINE)
+    """A benchmark that starts real Kubernetes (it imports ``envtest``) is of the kube tier, one
+    that installs the control plane on it (``envtest.install``) of the install tier (on that tier's
+    worker): each runs where its tier does, as ``make test`` decides."""
+    text = script.read_text()
+    if re.search(r"^\s*from envtest\.install import", text, re.MULTILINE):
+        return [pytest.mark.install, pytest.mark.xdist_group("install")]
+    uses_envtest = re.search(r"^\s*(from|import) envtest\b", text, re.MULTILINE)
     return [pytest.mark.kube] if uses_envtest else []
+
+
+def timeout_of(script: Path) -> float:
+    """An installation (images, four API servers, every role) takes minutes before the run."""
+    return 900 if pytest.mark.install in needs(script) else 240
 
 
 @pytest.mark.parametrize(
@@ -119,7 +128,7 @@ def test_given_a_benchmark_when_run_with_smoke_then_it_prints_its_closing_line_a
     script, tmp_path
 ):
     mark = uuid.uuid4().hex
-    result = run(script, bench_env(tmp_path, mark), timeout=240)
+    result = run(script, bench_env(tmp_path, mark), timeout=timeout_of(script))
     leftovers = left_behind(mark)
     lines = [line for line in result.stdout.splitlines() if line.strip()]
     assert result.returncode == 0, (

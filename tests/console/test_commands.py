@@ -81,7 +81,8 @@ def test_given_unknown_kind_or_name_when_get_then_clear_errors():
         run("get", "kymas", "kcp-system/nope")
 
 
-def test_given_no_admin_when_ensureadmin_then_created_once(monkeypatch):
+def test_given_no_admin_when_ensureadmin_then_created_once(monkeypatch, settings):
+    settings.DEBUG = True  # make run: a generated password, printed in a box
     monkeypatch.setenv("DJANGO_SUPERUSER_USERNAME", "boss")
     monkeypatch.delenv("DJANGO_SUPERUSER_PASSWORD", raising=False)
     first = run("ensureadmin")
@@ -89,6 +90,24 @@ def test_given_no_admin_when_ensureadmin_then_created_once(monkeypatch):
     password = first.split("password: ")[1].split()[0]
     assert get_user_model().objects.get(username="boss").check_password(password)
     assert "exists" in run("ensureadmin")
+
+
+def test_in_production_ensureadmin_takes_the_password_from_the_environment_and_never_prints_it(
+    monkeypatch, settings
+):
+    settings.DEBUG = False
+    monkeypatch.setenv("DJANGO_SUPERUSER_USERNAME", "boss")
+    monkeypatch.delenv("DJANGO_SUPERUSER_PASSWORD", raising=False)
+    with pytest.raises(CommandError, match="DJANGO_SUPERUSER_PASSWORD is not set"):
+        run("ensureadmin")
+    assert not get_user_model().objects.exists()
+
+    monkeypatch.setenv("DJANGO_SUPERUSER_PASSWORD", "from-a-secret-4711")
+    output = run("ensureadmin")
+    assert "from-a-secret-4711" not in output
+    assert get_user_model().objects.get(username="boss").check_password("from-a-secret-4711")
+    monkeypatch.delenv("DJANGO_SUPERUSER_PASSWORD")
+    assert "exists" in run("ensureadmin")  # upgrades: nothing to do, no password needed
 
 
 def test_given_new_primary_key_when_reencrypting_then_old_key_can_be_dropped(settings):

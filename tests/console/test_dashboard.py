@@ -15,7 +15,7 @@ from console.dashboard import selectors
 from fleet.models import Kyma, ReconcileRecord
 from listener.models import WatchEventRecord
 from pki import services as pki_services
-from pki.models import Certificate
+from pki.models import Certificate, GatewaySecretState
 from tests.console.test_api import KUBECONFIG
 from tests.factories import KymaFactory
 
@@ -230,6 +230,27 @@ class TestPage:
         assert "CrashLoopBackOff: exit 1" in html and "ImagePullBackOff" in html
         assert html.count("<rect ") == 120  # two charts of sixty minutes
         assert "/admin/controlplane/kyma/?state__exact=Error" in html
+
+    def test_given_the_control_plane_keeps_the_gateway_secret_then_its_expiry_shows(
+        self, admin_client, fleet
+    ):
+        assert "Gateway credential" not in admin_client.get(DASHBOARD).content.decode()  # not kept here
+        now = timezone.now()
+        GatewaySecretState.objects.create(
+            namespace="istio-system",
+            name="kcp-listener-gateway-tls",
+            certificate_not_after=now + dt.timedelta(days=59, hours=1),
+            bundle_fingerprints=["A", "B"],
+            synced_at=now - dt.timedelta(minutes=3),
+        )
+        html = admin_client.get(DASHBOARD).content.decode()
+        card = html[html.index('id="cp-gateway"') :].split("</div>\n  </div>")[0]
+        assert "1\xa0month" in card or "59\xa0days" in card or "8\xa0weeks" in card
+        assert "2 CA(s) trusted" in card and "checked 3\xa0minutes ago" in card
+        assert (
+            "cp-alert"
+            not in html[html.rindex("<div", 0, html.index('id="cp-gateway"')) : html.index('id="cp-gateway"')]
+        )
 
     @pytest.mark.parametrize(
         ("element_id", "expected"),

@@ -135,6 +135,7 @@ def test_given_no_admin_when_ensureadmin_then_the_password_is_boxed_and_kept_060
 ):
     monkeypatch.delenv("DJANGO_SUPERUSER_PASSWORD", raising=False)
     settings.STATE_DIR = tmp_path
+    settings.DEBUG = True  # make run's generated password
     out = io.StringIO()
     call_command("ensureadmin", stdout=out)
     path = admin_password_path()

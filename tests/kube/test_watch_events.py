@@ -14,7 +14,7 @@ from listener.models import WatchEventRecord
 from pki import services as pki
 from tests.support.kube import Runtime, connect_kyma
 from tests.support.listener import start_listener
-from tests.support.processes import eventually, start_worker
+from tests.support.processes import eventually, start_beat, start_worker
 from tests.support.runtimes import keda_module, klm_watcher
 from watchers.rendering import PRIORITY_CLASS_NAME
 
@@ -29,15 +29,16 @@ def control_plane():
     listener = start_listener()
     started = [listener.process]
     try:
-        started.append(
-            start_worker(
-                concurrency=2,
-                WATCHER_KCP_ADDR=f"localhost:{listener.port}",
-                WATCHER_HEARTBEAT_INTERVAL="1",
-                RECONCILE_PROCESSING_INTERVAL="1",
-                RECONCILE_READY_INTERVAL="3600",
-            )
-        )
+        settings = {
+            "WATCHER_KCP_ADDR": f"localhost:{listener.port}",
+            "WATCHER_HEARTBEAT_INTERVAL": "1",
+            "RECONCILE_PROCESSING_INTERVAL": "1",
+            "RECONCILE_READY_INTERVAL": "3600",
+        }
+        started.append(start_worker(concurrency=2, **settings))
+        # Beat's sweep reconciles a Kyma again while it is Processing (its watcher becomes Ready
+        # at its readiness probe's period, as the kubelet probes it), as in production.
+        started.append(start_beat(**settings))
         yield started
     finally:
         for process in reversed(started):

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
@@ -22,6 +27,7 @@ from kernel.api_tokens import api_token_create
 from tests.factories import KymaFactory, ModuleFactory
 from tests.support.processes import start_web
 
+SDK = Path(__file__).resolve().parents[2] / "sdk"
 KEY = b"k" * 32
 DOC = {
     "apiVersion": "controlplane.kyma-project.io/v1alpha1",
@@ -174,3 +180,70 @@ def test_a_config_carries_the_version_to_run_and_a_new_version_is_new_work():
     older = ModuleConfig.from_document({**DOC, "spec": {**DOC["spec"], "version": "1.1.0"}})
     assert config.fingerprint != older.fingerprint  # the handler runs again for a new version
     assert ModuleConfig.from_document(DOC).version == ""  # a control plane that does not say
+
+
+MAIN = """
+import os
+from kyma_module_sdk import Manager
+manager = Manager(api=os.environ["KCP_API"], token=os.environ.get("KCP_TOKEN", ""), module="keda")
+manager.handler(lambda config: [])
+manager.main()
+"""
+
+
+def _manager_process(api: str, token: str | None) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k != "KCP_TOKEN"}
+    env.update(KCP_API=api, PYTHONPATH=str(SDK))
+    if token is not None:
+        env["KCP_TOKEN"] = token
+    return subprocess.Popen(
+        [sys.executable, "-c", MAIN], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def test_a_manager_without_a_credential_stops_at_once_with_one_line():
+    process = _manager_process("http://127.0.0.1:9/api/v1", None)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 2
+    assert err.splitlines() == [
+        (
+            "keda manager: credential refused (401: no credential given: pass the module credential "
+            "(kcpm_...) as token); stopping"
+        )
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_manager_whose_credential_the_control_plane_refuses_stops_instead_of_retrying():
+    web, url = start_web()
+    try:
+        process = _manager_process(f"{url}/api/v1", "kcpm_not-a-credential")
+        _, err = process.communicate(timeout=60)
+    finally:
+        web.stop()
+    assert process.returncode == 2
+    (line,) = [line for line in err.splitlines() if "credential refused" in line]
+    assert line.startswith("keda manager: credential refused (401: ")
+    assert "Traceback" not in err
+
+
+def test_ctrl_c_stops_a_manager_without_a_traceback():
+    process = _manager_process("http://127.0.0.1:9/api/v1", "kcpm_any")  # nothing listens: it retries
+    try:
+        _until_output(process, "manager of keda starts")
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 0
+    assert "Traceback" not in err
+    assert "manager of keda stopped at revision 0" in err
+
+
+def _until_output(process: subprocess.Popen, text: str) -> None:
+    assert process.stderr is not None
+    deadline = time.monotonic() + 30
+    seen = ""
+    while text not in seen:
+        assert time.monotonic() < deadline, f"{text!r} not printed: {seen}"
+        seen += process.stderr.readline()

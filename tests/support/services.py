@@ -32,10 +32,11 @@ def _wait(check, what: str, timeout: float = 30) -> None:
 class OwnRedis:
     """``redis-server`` on a free port; :meth:`stop` and :meth:`start` as often as needed."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, binary: str | None = None) -> None:
         self.directory = directory
         self.directory.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
+        self.binary = binary or shutil.which("redis-server") or "redis-server"
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -51,7 +52,7 @@ class OwnRedis:
     def start(self) -> OwnRedis:
         self.proc = subprocess.Popen(
             [
-                shutil.which("redis-server") or "redis-server",
+                self.binary,
                 "--bind",
                 "127.0.0.1",
                 "--port",

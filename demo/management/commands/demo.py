@@ -5,16 +5,18 @@ kubeconfig. The worker reconciles it like any runtime: it deploys the runtime wa
 loopback kubelet runs as a real ``python -m watchers.runtime`` process, so a change inside a
 runtime travels webhook → watcher → listener (mutual TLS) → broker → worker as in production.
 
-While it runs, a simulated module manager reports every module Ready, except keda: its manager is
-the SDK's example (``manage.py demo_manager``, a role of ``make run``), which answers the keda CR's
-spec with a Deployment and a ConfigMap in that runtime (``runtime_edit demo-1 --module-spec keda
-replicas=3``). Once every demo runtime is Ready, keda's version in channel regular moves from
+While it runs, a simulated module manager reports Ready every module that has no manager of its own,
+that is no live module credential: keda's manager is the SDK's example (``manage.py demo_manager``,
+a role of ``make run``, with a keda credential), which answers the keda CR's spec with a Deployment
+and a ConfigMap in that runtime (``runtime_edit demo-1 --module-spec keda replicas=3``); a module
+whose team created a credential (the tutorial's serverless manager) is left to that team's manager,
+whatever it reports. Once every demo runtime is Ready, keda's version in channel regular moves from
 2.14.0 to 2.15.0 (``--rollout-after`` seconds later): the change goes out as a rollout, one runtime
-per wave with a bake time between them, so its page (Fleet → Rollouts) shows the waves going by,
-and the keda operator's image in each runtime follows its wave. A simulated user that edits
-one runtime's Kyma every ``--edit-every`` seconds (switching its channel) is off by default: it
-would race the edits a person makes (``runtime_edit`` would find its own change undone, or
-already made). Edit a runtime yourself with ``manage.py runtime_edit demo-1 --channel fast``. The emulated
+per wave with a bake time between them, so its page (Fleet → Rollouts) shows the waves going by, and
+the keda operator's image in each runtime follows its wave. A simulated user that edits one
+runtime's Kyma every ``--edit-every`` seconds (switching its channel) is off by default: it would
+race the edits a person makes (``runtime_edit`` would find its own change undone, or already made).
+Edit a runtime yourself with ``manage.py runtime_edit demo-1 --channel fast``. The emulated
 runtimes live in this process: after a restart they are new and empty, and the demo Kymas get new
 kubeconfigs (which reconciles them into the new runtimes).
 """
@@ -29,8 +31,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import close_old_connections
+from django.db.models import Q
+from django.utils import timezone
 
-from fleet.models import Kyma, KymaState, Module, ModuleConfig, Rollout
+from fleet.models import Kyma, KymaState, Module, ModuleConfig, ModuleCredential, Rollout
 from fleet.services import kymas as kyma_services
 from fleet.services import modules as module_services
 from kernel.documents.yamlio import dump_yaml
@@ -60,8 +64,8 @@ KEDA_ROLLOUT_POLICY = {
     "waves": [{"name": "canary", "size": 1}, {"name": "next", "size": 1}, {"name": "rest", "size": "100%"}],
     "gate": {"timeoutSeconds": 300, "maxErrorRatio": 0, "bakeSeconds": 20},
 }
-# Modules whose manager is the SDK's example (manage.py demo_manager), not the stand-in below.
-MANAGED_BY_SDK = ("keda",)
+# The module whose manager is the SDK's example (manage.py demo_manager).
+SDK_EXAMPLE_MODULE = "keda"
 LIFECYCLE_WATCHER = {
     "namespace": NAMESPACE,
     "name": "klm-watcher",
@@ -111,10 +115,21 @@ def register(runtime: RuntimeEmulator, number: int) -> Kyma:
     return kyma
 
 
+def modules_with_a_manager() -> set[str]:
+    """Modules a manager of their own answers: keda (the SDK's example, ``demo_manager``, even
+    before it started), and every module with a live (unrevoked, unexpired) module credential,
+    such as the one a reader of the tutorial created for serverless."""
+    live = ModuleCredential.objects.filter(revoked_at__isnull=True).filter(
+        Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now())
+    )
+    return {SDK_EXAMPLE_MODULE, *live.values_list("module__name", flat=True)}
+
+
 def report_modules_ready(kymas: list[Kyma]) -> list[str]:
-    """The simulated module managers: every module of a demo Kyma reports Ready."""
+    """The simulated module managers: every module of a demo Kyma without a manager of its own
+    (:func:`modules_with_a_manager`) reports Ready."""
     reported = []
-    configs = ModuleConfig.objects.filter(kyma__in=kymas).exclude(module__name__in=MANAGED_BY_SDK)
+    configs = ModuleConfig.objects.filter(kyma__in=kymas).exclude(module__name__in=modules_with_a_manager())
     for config in configs.select_related("kyma", "module"):
         if (config.status or {}).get("state") == "Ready":
             continue

@@ -18,6 +18,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from kernel import audit
 from kernel.documents import schema
 from kernel.documents.yamlio import dump_json, dump_yaml
+from pki import gateway as gateway_credential
 from pki import services as pki_services
 from watchers import gateway as routing
 from watchers.models import Watcher, WatcherState
@@ -117,7 +118,7 @@ class Command(BaseCommand):
         # A CA or listener certificate made on the way (none yet) is this command's write.
         with audit.acting(audit.command_actor("manage.py render_gateway --with-credential")):
             cert, key, bundle = pki_services.listener_material()
-        return routing.credential_secret(
+        return gateway_credential.credential_secret(
             cert=cert,
             key=key,
             ca_bundle=bundle,
