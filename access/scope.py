@@ -46,6 +46,12 @@ SCOPED: dict[str, str] = {
     "pki.certificate": "kyma",
     "kernel.auditentry": "kyma_id",
     "controlplane.rollout": "targets",  # seen when one of its runtimes is; acted on when all are
+    # The rows beside the Kyma (fleet.models.bookkeeping): the machinery's, shown only on the Kyma
+    "controlplane.reconcilestate": "kyma",
+    "controlplane.reconcilemark": "kyma",
+    "controlplane.watchercontact": "kyma",
+    "controlplane.runtimesync": "kyma",
+    "controlplane.watchersettingspin": "kyma",
 }
 
 

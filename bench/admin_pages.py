@@ -35,10 +35,13 @@ from fleet.models import (
     Kyma,
     Module,
     ModuleConfig,
+    ReconcileMark,
     ReconcileRecord,
     ReconcileState,
+    RuntimeSync,
     SyncResource,
     WatcherContact,
+    WatcherSettingsPin,
 )
 from kernel.sealing import Sealed
 from listener.models import WatchEventRecord
@@ -61,10 +64,14 @@ CONDITIONS_ERROR = [
 ]
 
 
+# The rows beside each Kyma (fleet.models.bookkeeping): deleted before their Kymas
+BESIDE_KYMA = [ReconcileState, ReconcileMark, WatcherContact, RuntimeSync, WatcherSettingsPin]
+
+
 def wipe() -> None:
     """Empty the tables the bench fills (children first; plain DELETEs, no cascade collection)."""
     models = [Job, WatchEventRecord, ReconcileRecord, Certificate, CertificateAuthority]
-    models += [SyncResource, ModuleConfig, Kyma, Module, Watcher]
+    models += [*BESIDE_KYMA, SyncResource, ModuleConfig, Kyma, Module, Watcher]
     with connection.cursor() as cursor:
         for model in models:
             cursor.execute(f"DELETE FROM {model._meta.db_table}")

@@ -88,7 +88,7 @@ def lease_acquire(kyma_id: int, *, owner: str | None = None) -> bool:
         )
         taken = cursor.fetchone() is not None
     if taken:
-        KEEPER.hold(kyma_id, owner)
+        KEEPER.hold(kyma_id, owner, inline=connection.in_atomic_block)
     return taken
 
 
@@ -166,15 +166,23 @@ class _Keeper:
         self._lock = threading.Lock()
         self._held: dict[tuple[int, str], float] = {}  # -> monotonic time until which it is ours
         self._lost: set[tuple[int, str]] = set()
+        self._inline: set[tuple[int, str]] = set()  # renewed by their holders (see hold)
         self._pid = 0
         self._wake = threading.Event()
 
-    def hold(self, kyma_id: int, owner: str) -> None:
+    def hold(self, kyma_id: int, owner: str, *, inline: bool = False) -> None:
+        """Keep this lease renewed; ``inline``: it was taken inside a transaction (a caller's
+        ``atomic`` block, a test's), where the keeper's own connection cannot see its row, so its
+        holder renews it between steps instead (:meth:`renew_inline`)."""
         with self._lock:
             # a margin for the clocks: the lease's own time is the database's, counted from the
             # moment the statement ran, a little before now
             self._held[(kyma_id, owner)] = time.monotonic() + _lease_seconds() * 0.9
             self._lost.discard((kyma_id, owner))
+            if inline:
+                self._inline.add((kyma_id, owner))
+                return
+            self._inline.discard((kyma_id, owner))
             if self._pid != os.getpid():
                 self._pid = os.getpid()
                 threading.Thread(target=self._run, name="lease-keeper", daemon=True).start()
@@ -183,12 +191,32 @@ class _Keeper:
         with self._lock:
             self._held.pop((kyma_id, owner), None)
             self._lost.discard((kyma_id, owner))
+            self._inline.discard((kyma_id, owner))
 
     def valid(self, kyma_id: int, owner: str) -> bool:
         """Whether the lease is still ours: renewed in time and never found taken."""
         with self._lock:
             until = self._held.get((kyma_id, owner))
             return until is not None and (kyma_id, owner) not in self._lost and time.monotonic() < until
+
+    def renew_inline(self, kyma_id: int, owner: str) -> None:
+        """A lease held inside a transaction, renewed from its holder's thread (its connection)
+        once a quarter of the lease has passed since the last renewal."""
+        key = (kyma_id, owner)
+        with self._lock:
+            until = self._held.get(key)
+            due = key in self._inline and key not in self._lost and until is not None
+            due = due and until - time.monotonic() < _lease_seconds() * 0.65
+        if not due:
+            return
+        started = time.monotonic()
+        renewed = lease_extend(kyma_id, owner=owner)
+        with self._lock:
+            if key in self._held:
+                if renewed:
+                    self._held[key] = started + _lease_seconds() * 0.9
+                else:
+                    self._lost.add(key)
 
     def renew_now(self) -> None:
         """One round at once (tests)."""
@@ -209,7 +237,7 @@ class _Keeper:
 
     def _renew(self) -> None:
         with self._lock:
-            held = [key for key in self._held if key not in self._lost]
+            held = [key for key in self._held if key not in self._lost and key not in self._inline]
         if not held:
             connection.close()  # (idle: no connection kept open for nothing)
             return
@@ -252,4 +280,5 @@ class LeaseKeeper:
         raises :class:`WorkerStopping` once the worker is stopping."""
         if _handing_back.is_set():
             raise WorkerStopping(f"the worker stops: Kyma {self.kyma_id} is handed back")
+        KEEPER.renew_inline(self.kyma_id, self.owner)
         return KEEPER.valid(self.kyma_id, self.owner)

@@ -127,7 +127,7 @@ if ON_POSTGRESQL:
         with _in_other_transaction(hold_the_machinery):
             edited = Kyma.objects.get(pk=kyma.pk)
             edited.channel = "fast"
-            _no_waiting(lambda: kyma_services.kyma_save(edited, reconcile=False))
+            _no_waiting(lambda: kyma_services.kyma_save(kyma=edited, reconcile=False))
         assert Kyma.objects.get(pk=kyma.pk).channel == "fast"
         assert ReconcileState.objects.get(kyma_id=kyma.pk).lease_owner == "worker:1:1"  # held on
 

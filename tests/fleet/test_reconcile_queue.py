@@ -4,6 +4,7 @@ twice at once for one Kyma."""
 from __future__ import annotations
 
 import datetime as dt
+import threading
 import time
 
 import pytest
@@ -14,6 +15,7 @@ from fleet import queue
 from fleet.models import Kyma, ReconcileRecord, ReconcileState
 from fleet.queue import LeaseBusy, NoBusySlot, StoredChange, TooSoon
 from fleet.queue import requests as queue_requests
+from fleet.queue.lease import KEEPER
 from fleet.queue.marks import FULL, RedisFlags, flags
 from fleet.services.modules import syncresource_save
 from fleet.tasks import reconcile_due
@@ -143,6 +145,30 @@ def test_given_held_lease_when_another_worker_tries_then_it_is_refused_until_rel
     assert queue.lease_acquire(kyma.pk, owner="b")
     beside(kyma.pk, lease_until=timezone.now() - dt.timedelta(seconds=1))
     assert queue.lease_acquire(kyma.pk, owner="c")
+
+
+def test_given_a_lease_taken_inside_a_transaction_then_its_holder_renews_it_and_the_keeper_leaves_it(
+    settings,
+):
+    """The keeper thread's connection cannot see a row of an open transaction (a test's, a
+    caller's atomic block): were it to renew that lease, it would find nothing and call it lost.
+    Such a lease is renewed by its holder between steps, on the transaction's own connection."""
+    settings.RECONCILE_LEASE_SECONDS = 0.4
+    kyma = KymaFactory()
+    with transaction.atomic():
+        assert queue.lease_acquire(kyma.pk, owner="inline")
+        heartbeat = queue.LeaseKeeper(kyma.pk, owner="inline")
+        first = ReconcileState.objects.get(kyma_id=kyma.pk).lease_until
+        keeper = threading.Thread(target=KEEPER.renew_now)  # the keeper's round, on its own connection
+        keeper.start()
+        keeper.join()
+        assert heartbeat()
+        time.sleep(0.25)  # past a third of the lease: the next step renews it
+        assert heartbeat()
+        assert ReconcileState.objects.get(kyma_id=kyma.pk).lease_until > first
+        beside(kyma.pk, lease_owner="another")  # taken over: the holder's next renewal finds it gone
+        time.sleep(0.25)
+        assert not heartbeat()
 
 
 def test_given_lease_busy_when_task_runs_then_it_rearms_the_flag_for_a_retry(task_queue):

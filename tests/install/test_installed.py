@@ -402,6 +402,9 @@ def test_a_rolling_update_of_every_deployment_to_a_new_build_while_events_flow(u
 
 def test_the_direct_mode_listener_takes_the_events_behind_a_load_balancer(upgraded, registered, web):
     site = registered.site_overlay(overlay="example-direct")
+    # A site that changes its overlay applies it as an upgrade does (docs/operators/upgrades.md):
+    # the migration Job again (its template cannot change in place), then the roles.
+    registered.migrate(site)
     registered.roll_out(site)
     address = registered.load_balancer(NAMESPACE, "controlplane-listener")
     registered.point_listener_host_at(address)

@@ -117,6 +117,11 @@ def test_given_a_worker_when_the_database_is_cut_then_tasks_that_meet_it_log_one
     from controlplane.celery import app
 
     try:
+        # The reconcile the apply asked for runs first: the cut then meets one reconcile of the
+        # Kyma, whose retries make one series (two at once would interleave theirs).
+        worker.wait_for(
+            lambda: "reconciled kcp-system/outage" in worker.output(), 60, "the apply's reconcile"
+        )
         before = len(worker.lines)
 
         def tasks() -> None:  # what beat and the listener keep sending: each meets the outage
