@@ -26,7 +26,7 @@ from kernel.documents.hashing import HASH_ANNOTATION, carries_hash
 from .context import ReconcileContext
 from .drift import describe, drifted
 
-TAKE_OVER_TRIES = 3
+TAKE_OVER_TRIES = 5
 
 
 def key_of(doc: dict[str, Any]) -> ObjectKey:
@@ -150,10 +150,12 @@ def apply_if_changed(
     live = None if unread else live_object(ctx, doc)
     drift = False
     if carries_hash(live, doc):
-        if not drifted(doc, live):
+        if not drifted(doc, live) and not (adopt_from and _held_by(live, adopt_from)):
             _verified(ctx, doc, every_time=every_time)
             return live
-        drift = True
+        # (in place but with fields another manager still holds: a take-over a busy controller
+        # kept failing on an earlier reconcile is tried again)
+        drift = drifted(doc, live)
     elif live is None and ctx.verified.get("|".join(key_of(doc))):
         drift = True  # deleted in the runtime
     if drift:
@@ -207,6 +209,12 @@ def take_over(
         ctx.client.apply(doc)
         return True
     return False
+
+
+def _held_by(live: dict[str, Any], managers: Collection[str]) -> bool:
+    """Whether any of ``managers`` still owns fields of ``live`` (its main resource, not status)."""
+    entries = (live.get("metadata") or {}).get("managedFields") or []
+    return any(e.get("manager") in managers and not e.get("subresource") for e in entries)
 
 
 def _ours(entry: dict[str, Any]) -> bool:

@@ -128,6 +128,8 @@ def updated(rtype: ResourceType, old: Mapping[str, Any], body: Any, subresource:
         result["metadata"] = dict(old_meta)
         return result
     for key in ("name", "namespace", *SERVER_METADATA):
+        if key == "managedFields" and meta.get(key):
+            continue  # a request that sets them replaces them (an empty or missing list keeps them)
         if key in old_meta:
             meta[key] = old_meta[key]
         else:

@@ -459,7 +459,13 @@ def record_update(
 ) -> None:
     """Give ``target.manager`` (as an Update) what ``new`` adds and changes; others lose it."""
     root = target.schema or ANY
-    entries = parse_entries(old)
+    # A request that sets managedFields (a JSON patch of them, an update carrying other ones)
+    # replaces them, as the API server's field manager takes the request's over the stored ones;
+    # the fields it changes besides are then recorded on top.
+    asked = (new.get("metadata") or {}).get("managedFields")
+    entries = parse_entries(
+        new if asked and asked != ((old or {}).get("metadata") or {}).get("managedFields") else old
+    )
     before = flatten(scoped(old, target.subresource, target.separate_status), root) if old is not None else {}
     after = flatten(scoped(new, target.subresource, target.separate_status), root)
     changed = changes(before, after)

@@ -408,24 +408,30 @@ def test_the_direct_mode_listener_takes_the_events_behind_a_load_balancer(upgrad
     registered.roll_out(site)
     address = registered.load_balancer(NAMESPACE, "controlplane-listener")
     registered.point_listener_host_at(address)
+    # A site without Istio has no ingress gateway. Removing it also ends the runtime watchers'
+    # pooled connections to it (a keep-alive connection outlives a DNS change), so they connect
+    # again, to the listener's load balancer: what follows cannot pass through a gateway.
+    registered.kubectl("-n", "istio-system", "delete", "deployment", "istio-ingressgateway", "--wait=true")
+    wait_for(
+        lambda: not registered.kubectl("-n", "istio-system", "get", "pods", "-o", "name").strip(),
+        timeout=120,
+        what="the ingress gateway's pod gone",
+    )
     runtime = registered.installed_runtimes[1]
     channel = {"fast": "regular", "regular": "fast"}[kymas(web)[runtime.kyma]["spec"]["channel"]]
     before = watcher_metrics(runtime).get("watcher_events_sent_total", 0)
-    gateway_before = gateway_stats(registered).get("status_200", 0)
     runtime_edit(runtime, channel)
+    # (the watcher's sender retries with a growing delay while it finds the new address)
+    wait_for(
+        lambda: watcher_metrics(runtime).get("watcher_events_sent_total", 0) > before,
+        timeout=120,
+        what="the edit's event answered 200 by the direct listener",
+    )
     wait_for(
         lambda: kymas(web)[runtime.kyma]["spec"]["channel"] == channel,
         timeout=60,
-        what="the edit reconciled through the direct listener",
+        what="the edit reconciled",
     )
-    # (the periodic reconcile reads the runtime's Kyma too, so the edit may arrive before its event:
-    # the watcher's sender, reconnecting to the listener's new address, delivers it a little later)
-    wait_for(
-        lambda: watcher_metrics(runtime).get("watcher_events_sent_total", 0) > before,
-        timeout=60,
-        what="the edit's event delivered to the direct listener",
-    )
-    assert gateway_stats(registered).get("status_200", 0) == gateway_before  # not through the gateway
 
 
 @pytest.fixture(autouse=True)

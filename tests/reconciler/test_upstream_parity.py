@@ -336,3 +336,36 @@ def test_given_a_version_waiting_for_its_window_then_the_runtimes_kyma_says_main
     assert (keda["version"], keda["maintenance"]) == ("1.0.0", True)
     assert "waiting for the next maintenance window" in keda["message"]
     assert status == KymaKind().to_document(kyma)["status"]
+
+
+def test_given_upstreams_fields_left_on_an_object_in_place_then_the_next_reconcile_takes_them_over(
+    runtimes, catalog
+):
+    """A take-over a busy controller kept failing (the Deployment's status moving under every
+    guarded write) leaves the object with our hash and upstream's fields: the next reconcile,
+    finding them, takes them over instead of counting the object as in place."""
+    runtime = runtimes()
+    kyma = connected_kyma(runtime)
+    reconcile(kyma)
+    deployment = runtime.get_object("Deployment", "skr-webhook", "kyma-system")
+    runtime.apply_as_user(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {
+                "name": "skr-webhook",
+                "namespace": "kyma-system",
+                "labels": {"upstream-left": "this"},
+            },
+        },
+        field_manager="lifecycle-manager",
+    )
+    held = runtime.get_object("Deployment", "skr-webhook", "kyma-system")
+    assert "lifecycle-manager" in {e["manager"] for e in held["metadata"]["managedFields"]}
+    assert held["metadata"]["annotations"] == deployment["metadata"]["annotations"]  # our hash stays
+
+    run(kyma, full=True)
+
+    taken = runtime.get_object("Deployment", "skr-webhook", "kyma-system")
+    assert "lifecycle-manager" not in {e["manager"] for e in taken["metadata"]["managedFields"]}
+    assert "upstream-left" not in taken["metadata"]["labels"]  # only upstream set it: pruned

@@ -325,3 +325,35 @@ def test_a_priority_class_is_answered_with_its_defaults_and_without_a_false_glob
         assert answer.body["preemptionPolicy"] == "PreemptLowerPriority"
     fields = next(f for f in applied.body["metadata"]["managedFields"] if f["manager"] == "contract")
     assert "f:globalDefault" in fields["fieldsV1"]  # still the manager's field
+
+
+def test_managed_fields_set_by_a_json_patch_replace_the_stored_ones(client, ns):
+    """What a take-over of another manager's fields relies on (``reconciler.apply.take_over``):
+    a JSON patch of ``metadata.managedFields`` stores them as given, and the next apply of the
+    manager that received them prunes what only the other had set."""
+    where = path("v1", "configmaps", ns, "taken")
+    ours = config_map("taken", ns, {"a": "1"})
+    assert client.apply(where, ours, manager="ours").ok
+    theirs = client.apply(where, config_map("taken", ns, {"b": "2"}), manager="theirs").body
+    assert {m for m, _, _ in managers(theirs)} == {"ours", "theirs"}
+
+    entries = theirs["metadata"]["managedFields"]
+    mine = next(e for e in entries if e["manager"] == "ours")
+    merged = {**mine, "fieldsV1": {"f:data": {"f:a": {}, "f:b": {}}}}
+    patched = client.json_patch(
+        where,
+        [
+            {
+                "op": "test",
+                "path": "/metadata/resourceVersion",
+                "value": theirs["metadata"]["resourceVersion"],
+            },
+            {"op": "replace", "path": "/metadata/managedFields", "value": [merged]},
+        ],
+    )
+    assert patched.ok, patched.message
+    assert managers(patched.body) == {("ours", "Apply", "")}
+    assert fields_of(patched.body, "ours", "Apply") == {"f:data": {"f:a": {}, "f:b": {}}}
+
+    again = client.apply(where, ours, manager="ours").body
+    assert again["data"] == {"a": "1"}  # b was ours alone now, and no longer applied: pruned
