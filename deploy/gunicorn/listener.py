@@ -48,7 +48,7 @@ if os.environ.get("LISTENER_MODE", "direct") == "direct":
 
         return TLS.context(default_ssl_context_factory)
 
-    def post_worker_init(worker: object) -> None:
+    def _serve_tls() -> None:
         from django.conf import settings
 
         from listener.tls import TLS
@@ -56,8 +56,23 @@ if os.environ.get("LISTENER_MODE", "direct") == "direct":
         TLS.refresh()
         TLS.start(settings.LISTENER_TLS_REFRESH)
 
+else:
+
+    def _serve_tls() -> None:
+        return
+
+
+def post_worker_init(worker: object) -> None:
+    _serve_tls()
+    from listener.readiness import worker_serving
+
+    worker_serving(worker.pid)  # /readyz: this worker takes connections now
+
 
 def when_ready(server: object) -> None:
+    from listener.readiness import workers_reset
+
+    workers_reset()  # before the first worker starts
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR") and os.environ.get("LISTENER_METRICS_BIND"):
         # The side port's /readyz reads the database and the broker: Django and the project's
         # Celery app must be set up in the master first.
@@ -72,6 +87,9 @@ def when_ready(server: object) -> None:
 
 
 def child_exit(server: object, worker: object) -> None:
+    from listener.readiness import worker_gone
+
+    worker_gone(worker.pid)
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         from prometheus_client import multiprocess
 

@@ -1,9 +1,14 @@
 """The listener's plain-HTTP side port answers /readyz like the web role does: 200 when the
-database, the broker and the TLS material it serves with are usable, 503 naming what is not."""
+database, the broker and the TLS material it serves with are usable and a worker has loaded the
+app, 503 naming what is not."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -14,6 +19,7 @@ import pytest
 from django.db import connections
 
 from listener import metrics_server
+from listener.readiness import worker_gone, worker_serving, workers_reset
 from listener.tls import write_material
 from tests.support.listener import start_listener
 from tests.support.processes import free_port
@@ -51,6 +57,17 @@ def direct_mode(settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> di
     return paths
 
 
+@pytest.fixture(autouse=True)
+def worker_serves(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """As under ``serve listener``: the metrics directory, where a worker that loaded the app
+    (here: this process) left its marker."""
+    directory = tmp_path / "prometheus"
+    directory.mkdir()
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(directory))
+    worker_serving(os.getpid())
+    return directory
+
+
 @pytest.fixture
 def database_down() -> Iterator[None]:
     """New connections to the default database go where no database is (a missing directory for
@@ -70,7 +87,7 @@ def test_given_database_broker_and_tls_material_usable_when_readyz_then_200_with
     status, body = readyz()
     assert status == 200
     assert body["status"] == "ok"
-    assert body["checks"] == {"database": "ok", "broker": "ok", "tls": "ok"}
+    assert body["checks"] == {"database": "ok", "broker": "ok", "workers": "ok", "tls": "ok"}
 
 
 def test_given_the_database_unreachable_when_readyz_then_503_names_the_database(direct_mode, database_down):
@@ -116,21 +133,17 @@ def test_given_proxy_mode_when_readyz_then_no_tls_check_because_the_proxy_ends_t
         monkeypatch.delenv(name, raising=False)
     status, body = readyz()
     assert status == 200
-    assert body["checks"] == {"database": "ok", "broker": "ok"}
+    assert body["checks"] == {"database": "ok", "broker": "ok", "workers": "ok"}
 
 
-def test_healthz_metrics_and_unknown_paths_answer_as_before(tmp_path, monkeypatch):
-    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))  # as under ``serve listener``
+def test_healthz_metrics_and_unknown_paths_answer_as_before():
     assert call("/healthz")[0::2] == (200, b'{"status": "ok"}')
     status, headers, _ = call("/metrics")
     assert status == 200 and headers["Content-Type"].startswith("text/plain")
     assert call("/other")[0] == 404
 
 
-def test_given_a_scraper_asking_for_openmetrics_when_scraping_the_side_port_then_openmetrics(
-    tmp_path, monkeypatch
-):
-    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+def test_given_a_scraper_asking_for_openmetrics_when_scraping_the_side_port_then_openmetrics():
     environ: dict = {}
     setup_testing_defaults(environ)
     environ.update(PATH_INFO="/metrics", HTTP_ACCEPT="application/openmetrics-text; version=1.0.0")
@@ -138,6 +151,35 @@ def test_given_a_scraper_asking_for_openmetrics_when_scraping_the_side_port_then
     body = b"".join(metrics_server.app(environ, lambda status, headers: answer.update(headers)))
     assert answer["Content-Type"].startswith("application/openmetrics-text")
     assert body.endswith(b"# EOF\n")
+
+
+def test_given_no_worker_has_loaded_the_app_when_readyz_then_503_names_the_workers(direct_mode):
+    """The master listens long before a worker serves: a Service must not send events there yet."""
+    workers_reset()
+    status, body = readyz()
+    assert status == 503
+    assert body["checks"]["workers"] == "no listener worker serves yet (loading the app)"
+    assert body["checks"]["database"] == body["checks"]["tls"] == "ok"
+
+
+def test_given_the_only_worker_gone_when_readyz_then_503(direct_mode):
+    worker_gone(os.getpid())
+    assert readyz()[0] == 503
+
+
+def test_given_a_worker_killed_without_exiting_cleanly_when_readyz_then_its_marker_counts_for_nothing(
+    direct_mode, worker_serves
+):
+    """A SIGKILLed worker leaves its marker behind: the process itself is looked for."""
+    workers_reset()
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    worker_serving(int(dead.stdout))
+    (worker_serves / "serving-not-a-pid").touch()
+    assert readyz()[0] == 503
+    worker_serving(os.getpid())
+    assert readyz()[0] == 200
 
 
 def test_given_the_side_port_served_when_probing_over_http_then_readyz_and_healthz_answer(direct_mode):
@@ -159,12 +201,22 @@ def test_given_the_side_port_served_when_probing_over_http_then_readyz_and_healt
 
 @pytest.mark.integration
 @pytest.mark.django_db(transaction=True)
-def test_given_the_real_listener_when_probing_its_side_port_then_ready_with_its_tls_material():
+def test_given_the_real_listener_when_probing_its_side_port_then_ready_once_its_worker_serves():
+    """Its master listens first (503: no worker serves yet), then its worker has loaded the app."""
     listener = start_listener()
     try:
         url = f"http://127.0.0.1:{listener.metrics_port}/readyz"
-        with urllib.request.urlopen(url, timeout=15) as response:
-            body = json.loads(response.read())
-        assert (response.status, body["checks"]) == (200, {"database": "ok", "broker": "ok", "tls": "ok"})
+        answers: list[tuple[int, dict]] = []
+        deadline = time.monotonic() + 120
+        while (not answers or answers[-1][0] != 200) and time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(url, timeout=15) as response:
+                    answers.append((response.status, json.loads(response.read())["checks"]))
+            except urllib.error.HTTPError as refused:
+                answers.append((refused.code, json.loads(refused.read())["checks"]))
+                time.sleep(0.1)
+        assert answers[-1] == (200, {"database": "ok", "broker": "ok", "workers": "ok", "tls": "ok"})
+        # Before that, only the workers were missing.
+        assert all(checks["workers"] != "ok" for _, checks in answers[:-1])
     finally:
         listener.stop()
