@@ -3,8 +3,9 @@
 Runs two of every role (web, listener, worker, beat; each in a session of its own, as a pod) on a
 Redis of its own (broker and queue marks; an append-only file, as a production broker needs) and
 the bench database, with ``--runtimes`` emulated runtimes whose runtime watchers are real
-processes sending to the listeners through a small TCP balancer (what a Service does: a killed
-listener's connections go to the other). Then, for ``--duration`` seconds:
+processes sending to the listeners through a small TCP balancer (what a Service does: new
+connections go to the Ready listeners only; a killed listener leaves a second later and comes back when
+its readiness probe passes). Then, for ``--duration`` seconds:
 
 - a steady stream of runtime edits: every ``--edit-every`` seconds the Kyma inside a random
   runtime changes channel (regular <-> fast), as its user would;
@@ -253,6 +254,7 @@ from django_celery_beat.models import PeriodicTask
 from controlplane.beat import LEASE_NAME
 from controlplane.leases import lease_current
 from fleet.models import Kyma, ReconcileRecord
+from listener.models import WatchEventRecord
 from pki import services as pki
 from runtime_emulator import EmulatorHost
 from runtime_emulator.kubelet import ProcessKubelet
@@ -262,15 +264,39 @@ SWEEP = "reconcile-due"
 
 
 class Balancer:
-    """A TCP balancer in front of the listeners (what a Kubernetes Service does): each new
-    connection goes to the next listener that accepts it; bytes are copied both ways."""
+    """A TCP balancer in front of the listeners, as a Kubernetes Service is: each new connection
+    goes to the next *Ready* listener (bytes copied both ways). As the kubelet and the endpoints
+    controller do: a listener leaves at once when its process dies (``down``), and comes back
+    when its readinessProbe (the side port's ``/readyz``, every ``PROBE_PERIOD`` seconds as in
+    ``deploy/kubernetes/base/listener.yaml``) answers 200. With no listener Ready, a connection is
+    refused, as a Service without endpoints refuses it."""
 
-    def __init__(self, backends: list[int]) -> None:
-        self.backends = backends
+    PROBE_PERIOD = 5.0
+
+    def __init__(self, backends: dict[int, int]) -> None:
+        self.backends = list(backends)  # listener port -> its side port
+        self.probes = backends
+        self.ready: set[int] = set()
         self.turn = itertools.count()
+        self.closed = threading.Event()
         self.server = socket.create_server(("127.0.0.1", 0))
         self.port = self.server.getsockname()[1]
         threading.Thread(target=self._accept, daemon=True, name="balancer").start()
+        threading.Thread(target=self._probe, daemon=True, name="balancer-probes").start()
+
+    def down(self, backend: int) -> None:
+        self.ready.discard(backend)
+
+    def _probe(self) -> None:
+        while not self.closed.is_set():
+            for backend, side in self.probes.items():
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{side}/readyz", timeout=5) as answer:
+                        ok = answer.status == 200
+                except OSError:
+                    ok = False
+                (self.ready.add if ok else self.ready.discard)(backend)
+            self.closed.wait(self.PROBE_PERIOD)
 
     def _accept(self) -> None:
         while True:
@@ -284,6 +310,8 @@ class Balancer:
         start = next(self.turn)
         for offset in range(len(self.backends)):
             port = self.backends[(start + offset) % len(self.backends)]
+            if port not in self.ready:
+                continue
             try:
                 backend = socket.create_connection(("127.0.0.1", port), timeout=1)
             except OSError:
@@ -308,15 +336,17 @@ class Balancer:
                 sock.close()
 
     def close(self) -> None:
+        self.closed.set()
         self.server.close()
 
 
 class Fleet:
     """The role processes: two of each, started, killed and restarted by name."""
 
-    def __init__(self, env: dict[str, str], ports: dict[str, int]) -> None:
+    def __init__(self, env: dict[str, str], ports: dict[str, int], balancer: Balancer) -> None:
         self.env = env
         self.ports = ports
+        self.balancer = balancer
         self.procs: dict[str, subprocess.Popen] = {}
         self.log_start: dict[str, int] = {}
 
@@ -387,6 +417,9 @@ class Fleet:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
+        if name.startswith("listener"):
+            # The kubelet sees the container gone and the Service's endpoints follow: about a second.
+            threading.Timer(1.0, self.balancer.down, args=(self.ports[name],)).start()
 
     def leading_beat(self) -> str | None:
         lease = lease_current(LEASE_NAME)
@@ -590,11 +623,10 @@ def main() -> None:
     low, _, high = args.outage.partition("-")
     outage_range = (float(low), float(high or low))
     reset()
-    listener_ports = [free_port(), free_port()]
-    balancer = Balancer(listener_ports)
     ports = {f"web-{n}": free_port() for n in (1, 2)}
-    for n, port in enumerate(listener_ports, 1):
-        ports[f"listener-{n}"], ports[f"listener-{n}-metrics"] = port, free_port()
+    for n in (1, 2):
+        ports[f"listener-{n}"], ports[f"listener-{n}-metrics"] = free_port(), free_port()
+    balancer = Balancer({ports[f"listener-{n}"]: ports[f"listener-{n}-metrics"] for n in (1, 2)})
     env = {
         **os.environ,
         "PYTHONUNBUFFERED": "1",
@@ -609,7 +641,7 @@ def main() -> None:
         "RECONCILE_READY_INTERVAL": "86400",
         "WATCHER_HEARTBEAT_INTERVAL": "30",
     }
-    fleet = Fleet(env, ports)
+    fleet = Fleet(env, ports, balancer)
     names = [f"{role}-{n}" for role in ROLES for n in (1, 2)]
     print(
         f"database: {database_label()}; broker: {os.environ['CELERY_BROKER_URL']} (its own); "
@@ -665,9 +697,10 @@ def run(host, kubelet, fleet: Fleet, args, rng: random.Random, outage_range: tup
     sweeps = Sweeps()
     edits: list[tuple[str, float]] = []  # (runtime, time.time() just before the edit)
     kills: list[str] = []
+    killed_at: list[tuple[str, float]] = []  # (process, time.time() of the kill)
     takeovers: list[float] = []
     outages: list[tuple[float, float]] = []  # (stopped, back) in time.time()
-    started = time.monotonic()
+    started, started_wall = time.monotonic(), time.time()
     ends = started + args.duration
     outage_at = [started + args.duration * (i + 1) / (args.outages + 1) for i in range(args.outages)]
     next_kill, next_edit, calm_until = started + args.kill_every, started, 0.0
@@ -736,6 +769,7 @@ def run(host, kubelet, fleet: Fleet, args, rng: random.Random, outage_range: tup
                 leading = False
             term = lease.term if leading and (lease := lease_current(LEASE_NAME)) else 0
             fleet.kill(victim)
+            killed_at.append((victim, time.time()))
             if leading:
                 takeover_watch = (time.monotonic(), term)
             fleet.start(victim)
@@ -761,6 +795,8 @@ def run(host, kubelet, fleet: Fleet, args, rng: random.Random, outage_range: tup
     return {
         "duration": duration,
         "kills": kills,
+        "killed_at": killed_at,
+        "started": started_wall,
         "outages": outages,
         "edits": edits,
         "events": watcher_sent(host, kubelet),
@@ -772,6 +808,28 @@ def run(host, kubelet, fleet: Fleet, args, rng: random.Random, outage_range: tup
         "sweep_gap": sweeps.longest_gap(),
         "sweep_interval": float(os.environ.get("RECONCILE_SWEEP_INTERVAL", "2")),
     }
+
+
+def slow_edit(result: dict, late: float, name: str, at: float) -> str:
+    """Where a slow edit's time went: until the listener accepted its runtime's next event (the
+    listener's records), then until its reconcile started; and which processes were killed
+    meanwhile (from shortly before the edit)."""
+    first = result["started"]
+    received = (
+        WatchEventRecord.objects.filter(
+            kyma_id=result["kymas"][name], received_at__gte=dt.datetime.fromtimestamp(at, dt.UTC)
+        )
+        .order_by("received_at")
+        .values_list("received_at", flat=True)
+        .first()
+    )
+    delivered = f"event accepted after {received.timestamp() - at:.1f} s" if received else "no event recorded"
+    killed = [
+        f"{who} at {when - at:+.1f} s" for who, when in result["killed_at"] if at - 5 <= when <= at + late
+    ]
+    return (
+        f"{name} edited at {at - first:.1f} s: {late:.1f} s ({delivered}; killed: {', '.join(killed) or '-'})"
+    )
 
 
 def report(result: dict) -> None:
@@ -814,6 +872,15 @@ def report(result: dict) -> None:
         print(
             f"every edit -> its reconcile's start, the whole run: p50 {statistics.median(latencies):.1f} s, "
             f"p99 {percentile(latencies, 99):.1f} s, max {max(latencies):.1f} s"
+        )
+    slow = sorted(
+        ((start - at, name, at) for name, at in edits if (start := first_after(name, at)) is not None),
+        reverse=True,
+    )
+    if slow and slow[0][0] > 20:
+        print(
+            "edits reconciled more than 20 s after: "
+            + "; ".join(slow_edit(result, *e) for e in slow[:8] if e[0] > 20)
         )
     if after_broker:
         print(
