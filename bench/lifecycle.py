@@ -47,11 +47,11 @@ import psycopg
 
 from envtest.install import (
     POSTGRES,
+    Edits,
     Installation,
     Release,
     events_outcome,
     gateway_stats,
-    runtime_edit,
     wait_for,
 )
 from pki import crypto
@@ -139,6 +139,11 @@ def main() -> None:
         "--grace", type=float, default=15, help="seconds before the server certificate switches"
     )
     parser.add_argument("--limit", type=float, default=30, help="minutes at most")
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="leave the working directory (every process's and API server's log)",
+    )
     args = parse_args(
         parser,
         smoke={
@@ -155,7 +160,10 @@ def main() -> None:
     try:
         run(args, workdir)
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        if args.keep:
+            print(f"working directory kept: {workdir}", flush=True)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
 def run(args: argparse.Namespace, workdir: Path) -> None:
@@ -172,22 +180,8 @@ def run(args: argparse.Namespace, workdir: Path) -> None:
         observer = Observer(installed)
         gateway_before = gateway_stats(installed)
         started = time.time()
-        made = [0]
-        stop = threading.Event()
-
-        def edit() -> None:
-            turn = 0
-            while not stop.is_set():
-                turn += 1
-                for runtime in installed.installed_runtimes:
-                    try:
-                        runtime_edit(runtime, ("fast", "regular")[turn % 2])
-                        made[0] += 1
-                    except Exception as exc:
-                        print(f"edit failed: {exc}", flush=True)
-                stop.wait(1.0)
-
-        editor = threading.Thread(target=edit, daemon=True)
+        edits = Edits(installed)
+        editor = threading.Thread(target=edits.run, daemon=True)
         editor.start()
         deadline = time.monotonic() + args.limit * 60
         try:
@@ -197,16 +191,18 @@ def run(args: argparse.Namespace, workdir: Path) -> None:
                     break
                 time.sleep(1)
         finally:
-            stop.set()
+            edits.stop.set()
             editor.join(10)
+        for error in edits.errors[:10]:
+            print(f"edit failed: {error}", flush=True)
 
-        outcome = events_outcome(installed, made[0], started, gateway_before)
+        outcome = events_outcome(installed, edits.made, started, gateway_before)
         minutes = (time.time() - started) / 60
         renewals = {k: len(v) - 1 for k, v in observer.seen.items()}
         print(f"renewals by certificate: {renewals}; {outcome.line()}", flush=True)
         print(
             f"lifecycle: minutes={minutes:.1f} ca_rotations={observer.rotations} "
-            f"renewals={observer.renewals} events={made[0]} failed_events={outcome.lost} "
+            f"renewals={observer.renewals} events={edits.made} failed_events={outcome.lost} "
             f"failed_reconciles={failed_reconciles(installed, started)}",
             flush=True,
         )

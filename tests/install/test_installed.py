@@ -18,7 +18,7 @@ import json
 import re
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -26,6 +26,7 @@ import pytest
 from envtest.install import (
     NAMESPACE,
     ROLES,
+    Edits,
     EventsOutcome,
     Installation,
     Release,
@@ -334,33 +335,6 @@ def test_the_beat_leaders_pod_deleted_another_takes_over(upgraded, registered, w
 
 
 # -- a rolling update while events flow ----------------------------------------------------------
-
-
-@dataclass
-class Edits:
-    """Users editing their runtimes' Kymas, one edit a second per runtime, until stopped: each
-    edit switches the channel, so each is a change of the spec, which the watcher reports."""
-
-    installed: Installation
-    made: int = 0
-    stop: threading.Event = field(default_factory=threading.Event)
-    errors: list[str] = field(default_factory=list)
-    last: dict[str, str] = field(default_factory=dict)  # runtime -> the channel its last edit set
-
-    def run(self) -> None:
-        for runtime in self.installed.installed_runtimes:
-            live = runtime.runtime.get("operator.kyma-project.io/v1beta2", "kymas", "default", "kyma-system")
-            self.last[runtime.kyma] = (live or {}).get("spec", {}).get("channel", "regular")
-        while not self.stop.is_set():
-            for runtime in self.installed.installed_runtimes:
-                channel = {"fast": "regular"}.get(self.last[runtime.kyma], "fast")
-                try:
-                    runtime_edit(runtime, channel)
-                    self.last[runtime.kyma] = channel
-                    self.made += 1
-                except Exception as exc:
-                    self.errors.append(str(exc))
-            self.stop.wait(1.0)
 
 
 def test_a_rolling_update_of_every_deployment_to_a_new_build_while_events_flow(upgraded, registered, web):
