@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import base64
 import copy
-from collections.abc import Iterable
+import json
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -468,22 +469,65 @@ def runtime_watcher_resources(
     (:func:`module_cr_kinds`), ``owned_kinds`` (the kinds of the control plane's own objects whose
     changes it reports: :func:`owned_objects_webhook`) to none, ``config`` to this process's
     settings (a runtime's own: ``watchers.runtime_config``). Raises :class:`DockerConfigError`
-    when the image pull secret's file cannot be used."""
+    when the image pull secret's file cannot be used.
+
+    The objects every runtime with the same settings gets alike (the PriorityClass, the
+    NetworkPolicies, the Services, the webhook configuration) are rendered and hashed once per
+    process and their inputs (:data:`_SHARED`), and shared by the runtimes' documents: a caller
+    must not change a document it gets (copy it first)."""
     if module_kinds is None:
         module_kinds = module_cr_kinds()
+    config = config or WatcherConfig.from_settings()
     restart = content_hash(tls["ca.crt"], tls["tls.crt"], tls["tls.key"])
     registry = docker_config()
-    docs = [
-        priority_class(),
-        *network_policies(config),
-        secret(tls),
-        *([pull_secret(registry)] if registry is not None else []),
-        service(),
-        metrics_service(),
-        deployment(restart, pull_secret=registry is not None, config=config),
-        webhook_configuration(watchers, tls["ca.crt"], module_kinds, owned_kinds),
+    constant = _shared(("constant", config), lambda: [stamped(doc) for doc in _constant_docs(config)])
+    watchers = sorted(watchers, key=lambda w: w.webhook_name)
+    module_kinds, owned_kinds = tuple(module_kinds), tuple(owned_kinds)
+    webhooks = _shared(
+        (
+            "webhooks",
+            tuple(_entry_key(w) for w in watchers),
+            tls["ca.crt"],
+            module_kinds,
+            owned_kinds,
+            settings.LISTENER_RECONCILE_COMPONENT,
+        ),
+        lambda: [stamped(webhook_configuration(watchers, tls["ca.crt"], module_kinds, owned_kinds))],
+    )
+    return [
+        *constant[:-2],
+        stamped(secret(tls)),
+        *([stamped(pull_secret(registry))] if registry is not None else []),
+        *constant[-2:],
+        stamped(deployment(restart, pull_secret=registry is not None, config=config)),
+        *webhooks,
     ]
-    return [stamped(doc) for doc in docs]
+
+
+def _constant_docs(config: WatcherConfig) -> list[dict[str, Any]]:
+    """The objects that depend on the settings alone, in apply order; the two Services last."""
+    return [priority_class(), *network_policies(config), service(), metrics_service()]
+
+
+def _entry_key(watcher: Watcher) -> str:
+    """What a Watcher's webhook entry is rendered from (its entry without the CA bundle)."""
+    return json.dumps(webhook(watcher, b""), sort_keys=True)
+
+
+# Rendered documents shared by every runtime with the same inputs (the key), per process. Few
+# keys are alive at once (the settings and Watchers of a rollout's two sides, a CA bundle being
+# rotated): the whole table is dropped when it grows past _SHARED_MAX.
+_SHARED: dict[tuple, list[dict[str, Any]]] = {}
+_SHARED_MAX = 64
+
+
+def _shared(key: tuple, render: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    found = _SHARED.get(key)
+    if found is None:
+        if len(_SHARED) >= _SHARED_MAX:
+            _SHARED.clear()
+        found = _SHARED[key] = render()
+    return found
 
 
 def removal_order() -> list[tuple[str, str, str, str | None]]:
