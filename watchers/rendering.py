@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import hashlib
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
@@ -40,7 +41,7 @@ from django.conf import settings
 from fleet.k8s.ownership import MANAGED_BY, UPSTREAM_MANAGER
 from fleet.models import Module
 from kernel.documents.dockerconfig import read_docker_config
-from kernel.documents.hashing import document_hash, stamped
+from kernel.documents.hashing import HASH_ANNOTATION, document_hash, stamped
 from pki.crypto import content_hash
 
 from .models import Watcher, WatcherField
@@ -494,12 +495,16 @@ def runtime_watcher_resources(
         ),
         lambda: [stamped(webhook_configuration(watchers, tls["ca.crt"], module_kinds, owned_kinds))],
     )
+    material = _material_digest(tls)
     return [
         *constant[:-2],
-        stamped(secret(tls)),
+        _stamped_as(("secret", material), secret(tls)),
         *([stamped(pull_secret(registry))] if registry is not None else []),
         *constant[-2:],
-        stamped(deployment(restart, pull_secret=registry is not None, config=config)),
+        _stamped_as(
+            ("deployment", material, registry is not None, config),
+            deployment(restart, pull_secret=registry is not None, config=config),
+        ),
         *webhooks,
     ]
 
@@ -519,6 +524,33 @@ def _entry_key(watcher: Watcher) -> str:
 # rotated): the whole table is dropped when it grows past _SHARED_MAX.
 _SHARED: dict[tuple, list[dict[str, Any]]] = {}
 _SHARED_MAX = 64
+
+
+def _material_digest(tls: dict[str, bytes]) -> bytes:
+    """A digest of a runtime's certificate material (the Secret's content: all it depends on)."""
+    digest = hashlib.sha256()
+    for name in ("ca.crt", "tls.crt", "tls.key"):
+        digest.update(len(tls[name]).to_bytes(8, "big"))
+        digest.update(tls[name])
+    return digest.digest()
+
+
+# The content hashes of each runtime's own objects (the Secret, the Deployment), by what their
+# content is made of (a digest of it, not the content: a few hundred bytes per runtime): hashing a
+# document costs several times what rendering it does.
+_DIGESTS: dict[tuple, str] = {}
+_DIGESTS_MAX = 100_000
+
+
+def _stamped_as(key: tuple, doc: dict[str, Any]) -> dict[str, Any]:
+    """:func:`stamped`, with the hash remembered under ``key`` (all that ``doc`` is made of)."""
+    digest = _DIGESTS.get(key)
+    if digest is None:
+        if len(_DIGESTS) >= _DIGESTS_MAX:
+            _DIGESTS.clear()
+        digest = _DIGESTS[key] = document_hash(doc)
+    doc.setdefault("metadata", {}).setdefault("annotations", {})[HASH_ANNOTATION] = digest
+    return doc
 
 
 def _shared(key: tuple, render: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any]]:
