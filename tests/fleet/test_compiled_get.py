@@ -9,9 +9,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from fleet.models import Kyma
+from fleet.models import Kyma, SyncResource
 from fleet.models.bookkeeping import KYMA_WITH_ROWS, RECONCILE_ROWS, row_or_default
-from tests.factories import KymaFactory, beside
+from fleet.models.compiled import CompiledQuery
+from tests.factories import KymaFactory, SyncResourceFactory, beside
 
 pytestmark = pytest.mark.django_db
 
@@ -55,3 +56,33 @@ def test_given_a_kyma_without_rows_then_they_read_as_missing_without_a_query():
 
 def test_given_no_such_kyma_then_none():
     assert KYMA_WITH_ROWS.get(KymaFactory().pk + 1000) is None
+
+
+SYNCS: CompiledQuery[SyncResource] = CompiledQuery(
+    lambda: SyncResource.objects.select_related("module").filter(kyma__channel="regular"), "kyma_id"
+)
+
+
+def test_given_some_keys_then_the_rows_of_each_in_the_querysets_order_in_one_query():
+    kymas = [KymaFactory(channel="regular") for _ in range(3)]
+    other = KymaFactory(channel="fast")
+    for kyma in (*kymas, other):
+        for name in ("b", "a"):
+            SyncResourceFactory(kyma=kyma, name=f"{kyma.name}-{name}")
+    keys = [kymas[0].pk, kymas[2].pk, other.pk]
+    with CaptureQueriesContext(connection) as captured:
+        rows = SYNCS.rows(keys)
+        modules = [row.module.name for row in rows]
+    assert len(captured) == 1
+    expected = list(
+        SyncResource.objects.select_related("module").filter(kyma__channel="regular", kyma_id__in=keys)
+    )
+    assert [row.pk for row in rows] == [row.pk for row in expected] and len(rows) == 4
+    assert modules == [row.module.name for row in expected]
+    assert [row.name for row in SYNCS.rows([kymas[1].pk])] == [f"{kymas[1].name}-a", f"{kymas[1].name}-b"]
+
+
+def test_given_no_keys_then_no_rows_and_no_query():
+    with CaptureQueriesContext(connection) as captured:
+        assert SYNCS.rows([]) == []
+    assert len(captured) == 0
