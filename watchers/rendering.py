@@ -32,7 +32,7 @@ import base64
 import copy
 import hashlib
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -472,19 +472,21 @@ def runtime_watcher_resources(
     settings (a runtime's own: ``watchers.runtime_config``). Raises :class:`DockerConfigError`
     when the image pull secret's file cannot be used.
 
-    The objects every runtime with the same settings gets alike (the PriorityClass, the
-    NetworkPolicies, the Services, the webhook configuration) are rendered and hashed once per
-    process and their inputs (:data:`_SHARED`), and shared by the runtimes' documents: a caller
-    must not change a document it gets (copy it first)."""
+    Content hashes are what rendering costs (hashing a document takes several times what
+    building it does), so each is remembered per process by what the document is made of
+    (:func:`_stamped_as`): the settings for the PriorityClass, NetworkPolicies and Services, the
+    Watchers' entries, the CA bundle and the kinds for the webhook configuration, the certificate
+    material for the Secret and the Deployment. The documents are built afresh every time (a
+    caller may change its own)."""
     if module_kinds is None:
         module_kinds = module_cr_kinds()
     config = config or WatcherConfig.from_settings()
     restart = content_hash(tls["ca.crt"], tls["tls.crt"], tls["tls.key"])
     registry = docker_config()
-    constant = _shared(("constant", config), lambda: [stamped(doc) for doc in _constant_docs(config)])
+    constant = [_stamped_as(("constant", config, n), doc) for n, doc in enumerate(_constant_docs(config))]
     watchers = sorted(watchers, key=lambda w: w.webhook_name)
     module_kinds, owned_kinds = tuple(module_kinds), tuple(owned_kinds)
-    webhooks = _shared(
+    webhooks = _stamped_as(
         (
             "webhooks",
             tuple(_entry_key(w) for w in watchers),
@@ -493,7 +495,7 @@ def runtime_watcher_resources(
             owned_kinds,
             settings.LISTENER_RECONCILE_COMPONENT,
         ),
-        lambda: [stamped(webhook_configuration(watchers, tls["ca.crt"], module_kinds, owned_kinds))],
+        webhook_configuration(watchers, tls["ca.crt"], module_kinds, owned_kinds),
     )
     material = _material_digest(tls)
     return [
@@ -505,7 +507,7 @@ def runtime_watcher_resources(
             ("deployment", material, registry is not None, config),
             deployment(restart, pull_secret=registry is not None, config=config),
         ),
-        *webhooks,
+        webhooks,
     ]
 
 
@@ -519,13 +521,6 @@ def _entry_key(watcher: Watcher) -> str:
     return json.dumps(webhook(watcher, b""), sort_keys=True)
 
 
-# Rendered documents shared by every runtime with the same inputs (the key), per process. Few
-# keys are alive at once (the settings and Watchers of a rollout's two sides, a CA bundle being
-# rotated): the whole table is dropped when it grows past _SHARED_MAX.
-_SHARED: dict[tuple, list[dict[str, Any]]] = {}
-_SHARED_MAX = 64
-
-
 def _material_digest(tls: dict[str, bytes]) -> bytes:
     """A digest of a runtime's certificate material (the Secret's content: all it depends on)."""
     digest = hashlib.sha256()
@@ -535,9 +530,8 @@ def _material_digest(tls: dict[str, bytes]) -> bytes:
     return digest.digest()
 
 
-# The content hashes of each runtime's own objects (the Secret, the Deployment), by what their
-# content is made of (a digest of it, not the content: a few hundred bytes per runtime): hashing a
-# document costs several times what rendering it does.
+# The content hashes of the documents, by what each is made of (for a runtime's own Secret and
+# Deployment a digest of its certificate material, not the material: a hundred bytes per runtime).
 _DIGESTS: dict[tuple, str] = {}
 _DIGESTS_MAX = 100_000
 
@@ -551,15 +545,6 @@ def _stamped_as(key: tuple, doc: dict[str, Any]) -> dict[str, Any]:
         digest = _DIGESTS[key] = document_hash(doc)
     doc.setdefault("metadata", {}).setdefault("annotations", {})[HASH_ANNOTATION] = digest
     return doc
-
-
-def _shared(key: tuple, render: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    found = _SHARED.get(key)
-    if found is None:
-        if len(_SHARED) >= _SHARED_MAX:
-            _SHARED.clear()
-        found = _SHARED[key] = render()
-    return found
 
 
 def removal_order() -> list[tuple[str, str, str, str | None]]:

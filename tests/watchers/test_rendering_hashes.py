@@ -1,5 +1,6 @@
-"""The runtime-watcher objects rendered once per process and inputs (``watchers.rendering``): what
-every runtime gets alike is shared, and anything its content depends on gives another document."""
+"""The runtime-watcher objects' content hashes, remembered per process by what each object is made
+of (``watchers.rendering``): every document is what its function renders, stamped afresh, and
+anything its content depends on gives another document and hash."""
 
 from __future__ import annotations
 
@@ -47,6 +48,14 @@ def test_given_the_same_inputs_then_equal_documents_each_time():
     first, second = render([watcher]), render([watcher])
     assert copy.deepcopy(first) == second
     hashes_hold(second, [watcher])
+
+
+def test_given_a_caller_changed_its_documents_then_the_next_ones_are_whole():
+    watcher = WatcherFactory()
+    for doc in render([watcher]).values():
+        del doc["metadata"]["annotations"]
+        doc["metadata"]["labels"] = {}
+    hashes_hold(render([watcher]), [watcher])
 
 
 @pytest.mark.parametrize(
