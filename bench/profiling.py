@@ -27,11 +27,17 @@ from pathlib import Path
 
 PROJECT = ("reconciler", "fleet", "watchers", "pki", "kernel", "listener", "controlplane", "console")
 _FRAME = re.compile(r"^(?P<function>.*?) \((?P<path>[^()]*?)(?::(?P<line>\d+))?\)$")
+# py-spy names the files of fleet's subpackages without the "fleet/" ("k8s/client.py",
+# "queue/lease.py"); no other package on the path has a package of these names.
+_FLEET_PACKAGES = frozenset(
+    entry.name for entry in (Path(__file__).resolve().parent.parent / "fleet").iterdir() if entry.is_dir()
+) - {"__pycache__"}
 
 
 def _path(frame: str) -> str:
     match = _FRAME.match(frame)
-    return (match.group("path") if match else frame).replace("\\", "/")
+    path = (match.group("path") if match else frame).replace("\\", "/")
+    return f"fleet/{path}" if path.split("/", 1)[0] in _FLEET_PACKAGES and "/" in path else path
 
 
 def _package(path: str) -> str:

@@ -23,8 +23,8 @@ from fleet.k8s.client import ObjectKey, Permanent
 from fleet.k8s.ownership import MANAGED_SELECTOR, field_manager
 from kernel.documents.hashing import HASH_ANNOTATION, carries_hash
 
-from .context import ReconcileContext
-from .drift import describe, drifted
+from .context import KUBECONFIG_KEY, ReconcileContext
+from .drift import describe, drifted, in_place_as_compared, remember_in_place
 
 TAKE_OVER_TRIES = 5
 
@@ -150,7 +150,11 @@ def apply_if_changed(
     live = None if unread else live_object(ctx, doc)
     drift = False
     if carries_hash(live, doc):
-        if not drifted(doc, live) and not (adopt_from and _held_by(live, adopt_from)):
+        where, digest, managers = _compared_where(ctx, doc), digest_of(doc), tuple(adopt_from)
+        if in_place_as_compared(where, live, digest, managers) or (
+            not drifted(doc, live) and not (adopt_from and _held_by(live, adopt_from))
+        ):
+            remember_in_place(where, live, digest, managers)
             _verified(ctx, doc, every_time=every_time)
             return live
         # (in place but with fields another manager still holds: a take-over a busy controller
@@ -168,6 +172,11 @@ def apply_if_changed(
         action = "created" if created else "adopted (it was there already)" if unread else "updated"
         ctx.change("applied", resource=resource_name(doc), action=action)
     return None
+
+
+def _compared_where(ctx: ReconcileContext, doc: dict[str, Any]) -> tuple[Any, ...]:
+    """Which object of which runtime a comparison was of (:func:`.drift.in_place_as_compared`)."""
+    return (ctx.kyma.pk, ctx.verified.get(KUBECONFIG_KEY), *key_of(doc))
 
 
 def take_over(

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from fleet import queue
 from fleet.models import Kyma, ReconcileRecord
-from fleet.models.bookkeeping import RECONCILE_ROWS
+from fleet.models.bookkeeping import KYMA_WITH_ROWS
 from reconciler.context import LeaseLost
 from reconciler.drift import count_corrections
 from reconciler.engine import Scope, kyma_reconcile
@@ -286,7 +286,7 @@ def _run_started(
         return  # another task is queued: it runs after the current holder
     outcome, kyma, released = None, None, False
     try:
-        kyma = Kyma.objects.select_related(*RECONCILE_ROWS).filter(pk=kyma_id).first()
+        kyma = KYMA_WITH_ROWS.get(kyma_id)
         if kyma is None:
             return
         if min_spacing > 0 and kyma.last_reconcile_at is not None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleet.models import Kyma, Module, ModuleConfig, SyncResource
+from fleet.models.compiled import CompiledQuery
 from pki import selectors as pki_selectors
 from pki import services as pki
 from pki.models import Certificate, CertificatePurpose
@@ -53,14 +54,10 @@ class SharedReads:
         return self._once("bundle", lambda: pki_selectors.ca_bundle_pem(self.now))
 
     def module_configs(self, kyma: Kyma) -> list[ModuleConfig]:
-        return self._once(
-            "configs", lambda: self._by_kyma(ModuleConfig.objects.select_related("module"))
-        ).get(kyma.pk, [])
+        return self._once("configs", lambda: self._by_kyma(_CONFIGS)).get(kyma.pk, [])
 
     def sync_resources(self, kyma: Kyma) -> list[SyncResource]:
-        return self._once("syncs", lambda: self._by_kyma(SyncResource.objects.select_related("module"))).get(
-            kyma.pk, []
-        )
+        return self._once("syncs", lambda: self._by_kyma(_SYNCS)).get(kyma.pk, [])
 
     def certificate(self, kyma: Kyma, now: dt.datetime) -> Certificate:
         """The Kyma's runtime certificate as read for the batch, or issued/renewed now when it
@@ -70,14 +67,28 @@ class SharedReads:
             return found
         return pki.certificate_for_kyma(kyma=kyma, now=now)
 
-    def _by_kyma(self, rows: Any) -> dict[int, list[Any]]:
+    def _by_kyma(self, query: CompiledQuery) -> dict[int, list[Any]]:
+        """The batch's rows of a module's (ModuleConfigs, SyncResources) by Kyma, each with its
+        Module from the catalog the batch read (a row whose Module is not there reads it)."""
+        modules = {module.pk: module for module in self.catalog().values()}
         grouped: dict[int, list[Any]] = defaultdict(list)
-        for row in rows.filter(kyma_id__in=self.kyma_ids):
+        for row in query.rows(self.kyma_ids):
+            if row.module_id in modules:
+                row.module = modules[row.module_id]
             grouped[row.kyma_id].append(row)
         return grouped
 
     def _certificates(self) -> dict[int, Certificate]:
-        rows = Certificate.objects.select_related("issuer").filter(
-            kyma_id__in=self.kyma_ids, purpose=CertificatePurpose.RUNTIME, superseded_at__isnull=True
-        )
-        return {row.kyma_id: row for row in rows}
+        return {row.kyma_id: row for row in _CERTIFICATES.rows(self.kyma_ids)}
+
+
+# The batch's reads by Kyma, their SQL compiled once per process (fleet.models.compiled): with
+# the few rows of a batch, compiling each query took longer than running it.
+_CONFIGS: CompiledQuery[ModuleConfig] = CompiledQuery(lambda: ModuleConfig.objects.all(), "kyma_id")
+_SYNCS: CompiledQuery[SyncResource] = CompiledQuery(lambda: SyncResource.objects.all(), "kyma_id")
+_CERTIFICATES: CompiledQuery[Certificate] = CompiledQuery(
+    lambda: Certificate.objects.select_related("issuer").filter(
+        purpose=CertificatePurpose.RUNTIME, superseded_at__isnull=True
+    ),
+    "kyma_id",
+)

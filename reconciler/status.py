@@ -131,7 +131,7 @@ def finish(ctx: ReconcileContext) -> Outcome:
             },
         )
     if ctx.remote_kyma is not None or ctx.remote_kyma_unread:
-        shown = copy.copy(kyma)  # the Kyma as this write leaves it
+        shown = copy.copy(kyma) if fields else kyma  # the Kyma as this write leaves it
         for name, value in fields.items():
             setattr(shown, name, value)
         try:

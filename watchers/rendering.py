@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import base64
 import copy
+import hashlib
+import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -39,7 +41,7 @@ from django.conf import settings
 from fleet.k8s.ownership import MANAGED_BY, UPSTREAM_MANAGER
 from fleet.models import Module
 from kernel.documents.dockerconfig import read_docker_config
-from kernel.documents.hashing import document_hash, stamped
+from kernel.documents.hashing import HASH_ANNOTATION, document_hash, stamped
 from pki.crypto import content_hash
 
 from .models import Watcher, WatcherField
@@ -468,22 +470,81 @@ def runtime_watcher_resources(
     (:func:`module_cr_kinds`), ``owned_kinds`` (the kinds of the control plane's own objects whose
     changes it reports: :func:`owned_objects_webhook`) to none, ``config`` to this process's
     settings (a runtime's own: ``watchers.runtime_config``). Raises :class:`DockerConfigError`
-    when the image pull secret's file cannot be used."""
+    when the image pull secret's file cannot be used.
+
+    Content hashes are what rendering costs (hashing a document takes several times what
+    building it does), so each is remembered per process by what the document is made of
+    (:func:`_stamped_as`): the settings for the PriorityClass, NetworkPolicies and Services, the
+    Watchers' entries, the CA bundle and the kinds for the webhook configuration, the certificate
+    material for the Secret and the Deployment. The documents are built afresh every time (a
+    caller may change its own)."""
     if module_kinds is None:
         module_kinds = module_cr_kinds()
+    config = config or WatcherConfig.from_settings()
     restart = content_hash(tls["ca.crt"], tls["tls.crt"], tls["tls.key"])
     registry = docker_config()
-    docs = [
-        priority_class(),
-        *network_policies(config),
-        secret(tls),
-        *([pull_secret(registry)] if registry is not None else []),
-        service(),
-        metrics_service(),
-        deployment(restart, pull_secret=registry is not None, config=config),
+    constant = [_stamped_as(("constant", config, n), doc) for n, doc in enumerate(_constant_docs(config))]
+    watchers = sorted(watchers, key=lambda w: w.webhook_name)
+    module_kinds, owned_kinds = tuple(module_kinds), tuple(owned_kinds)
+    webhooks = _stamped_as(
+        (
+            "webhooks",
+            tuple(_entry_key(w) for w in watchers),
+            tls["ca.crt"],
+            module_kinds,
+            owned_kinds,
+            settings.LISTENER_RECONCILE_COMPONENT,
+        ),
         webhook_configuration(watchers, tls["ca.crt"], module_kinds, owned_kinds),
+    )
+    material = _material_digest(tls)
+    return [
+        *constant[:-2],
+        _stamped_as(("secret", material), secret(tls)),
+        *([stamped(pull_secret(registry))] if registry is not None else []),
+        *constant[-2:],
+        _stamped_as(
+            ("deployment", material, registry is not None, config),
+            deployment(restart, pull_secret=registry is not None, config=config),
+        ),
+        webhooks,
     ]
-    return [stamped(doc) for doc in docs]
+
+
+def _constant_docs(config: WatcherConfig) -> list[dict[str, Any]]:
+    """The objects that depend on the settings alone, in apply order; the two Services last."""
+    return [priority_class(), *network_policies(config), service(), metrics_service()]
+
+
+def _entry_key(watcher: Watcher) -> str:
+    """What a Watcher's webhook entry is rendered from (its entry without the CA bundle)."""
+    return json.dumps(webhook(watcher, b""), sort_keys=True)
+
+
+def _material_digest(tls: dict[str, bytes]) -> bytes:
+    """A digest of a runtime's certificate material (the Secret's content: all it depends on)."""
+    digest = hashlib.sha256()
+    for name in ("ca.crt", "tls.crt", "tls.key"):
+        digest.update(len(tls[name]).to_bytes(8, "big"))
+        digest.update(tls[name])
+    return digest.digest()
+
+
+# The content hashes of the documents, by what each is made of (for a runtime's own Secret and
+# Deployment a digest of its certificate material, not the material: a hundred bytes per runtime).
+_DIGESTS: dict[tuple, str] = {}
+_DIGESTS_MAX = 100_000
+
+
+def _stamped_as(key: tuple, doc: dict[str, Any]) -> dict[str, Any]:
+    """:func:`stamped`, with the hash remembered under ``key`` (all that ``doc`` is made of)."""
+    digest = _DIGESTS.get(key)
+    if digest is None:
+        if len(_DIGESTS) >= _DIGESTS_MAX:
+            _DIGESTS.clear()
+        digest = _DIGESTS[key] = document_hash(doc)
+    doc.setdefault("metadata", {}).setdefault("annotations", {})[HASH_ANNOTATION] = digest
+    return doc
 
 
 def removal_order() -> list[tuple[str, str, str, str | None]]:

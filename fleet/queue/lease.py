@@ -60,10 +60,17 @@ def handing_back() -> bool:
     return _handing_back.is_set()
 
 
+_process: tuple[int, str] = (0, "")
+
+
 def worker_id() -> str:
-    """Who holds a lease: ``host:process:thread`` (computed per call: pool processes are forked,
-    pool threads share the process)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_native_id()}"
+    """Who holds a lease: ``host:process:thread`` (the thread's per call: pool threads share the
+    process; the process's part once per process, made again in a forked one)."""
+    global _process
+    pid = os.getpid()
+    if _process[0] != pid:
+        _process = (pid, f"{socket.gethostname()}:{pid}")
+    return f"{_process[1]}:{threading.get_native_id()}"
 
 
 def _lease_seconds() -> float:
