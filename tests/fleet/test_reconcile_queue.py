@@ -14,6 +14,7 @@ from django.utils import timezone
 from fleet import queue
 from fleet.models import Kyma, ReconcileRecord, ReconcileState
 from fleet.queue import LeaseBusy, NoBusySlot, StoredChange, TooSoon
+from fleet.queue import lease as lease_module
 from fleet.queue import requests as queue_requests
 from fleet.queue.lease import KEEPER
 from fleet.queue.marks import FULL, RedisFlags, flags
@@ -148,18 +149,22 @@ def test_given_held_lease_when_another_worker_tries_then_it_is_refused_until_rel
 
 
 def test_given_a_lease_taken_inside_a_transaction_then_its_holder_renews_it_and_the_keeper_leaves_it(
-    settings,
+    settings, monkeypatch
 ):
     """The keeper thread's connection cannot see a row of an open transaction (a test's, a
     caller's atomic block): were it to renew that lease, it would find nothing and call it lost.
     Such a lease is renewed by its holder between steps, on the transaction's own connection."""
     settings.RECONCILE_LEASE_SECONDS = 0.4
+    # This process's keeper, without the leases earlier tests left in it (its round would write
+    # them, and on SQLite wait for this test's transaction until "database is locked").
+    keeper_of_this_test = type(KEEPER)()
+    monkeypatch.setattr(lease_module, "KEEPER", keeper_of_this_test)
     kyma = KymaFactory()
     with transaction.atomic():
         assert queue.lease_acquire(kyma.pk, owner="inline")
         heartbeat = queue.LeaseKeeper(kyma.pk, owner="inline")
         first = ReconcileState.objects.get(kyma_id=kyma.pk).lease_until
-        keeper = threading.Thread(target=KEEPER.renew_now)  # the keeper's round, on its own connection
+        keeper = threading.Thread(target=keeper_of_this_test.renew_now)  # its round, on its own connection
         keeper.start()
         keeper.join()
         assert heartbeat()
