@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import base64
 import copy
-import hashlib
 import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -497,14 +496,13 @@ def runtime_watcher_resources(
         ),
         webhook_configuration(watchers, tls["ca.crt"], module_kinds, owned_kinds),
     )
-    material = _material_digest(tls)
     return [
         *constant[:-2],
-        _stamped_as(("secret", material), secret(tls)),
+        _stamped_as(("secret", restart), secret(tls)),
         *([stamped(pull_secret(registry))] if registry is not None else []),
         *constant[-2:],
         _stamped_as(
-            ("deployment", material, registry is not None, config),
+            ("deployment", restart, registry is not None, config),
             deployment(restart, pull_secret=registry is not None, config=config),
         ),
         webhooks,
@@ -521,17 +519,8 @@ def _entry_key(watcher: Watcher) -> str:
     return json.dumps(webhook(watcher, b""), sort_keys=True)
 
 
-def _material_digest(tls: dict[str, bytes]) -> bytes:
-    """A digest of a runtime's certificate material (the Secret's content: all it depends on)."""
-    digest = hashlib.sha256()
-    for name in ("ca.crt", "tls.crt", "tls.key"):
-        digest.update(len(tls[name]).to_bytes(8, "big"))
-        digest.update(tls[name])
-    return digest.digest()
-
-
 # The content hashes of the documents, by what each is made of (for a runtime's own Secret and
-# Deployment a digest of its certificate material, not the material: a hundred bytes per runtime).
+# Deployment the content hash of its certificate material, ``restart``, not the material itself).
 _DIGESTS: dict[tuple, str] = {}
 _DIGESTS_MAX = 100_000
 
