@@ -853,7 +853,11 @@ def report(result: dict) -> None:
         return start - at - away
 
     lost = [(name, at) for name, at in edits if first_after(name, at) is None]
-    latencies = [waited(at, start) for name, at in edits if (start := first_after(name, at)) is not None]
+    # (how long, which runtime, when edited) for every edit that was reconciled
+    timed = [
+        (waited(at, start), name, at) for name, at in edits if (start := first_after(name, at)) is not None
+    ]
+    latencies = [late for late, _, _ in timed]
     after_broker, slowest = [], []
     for down, back in result["outages"]:
         for name, at in edits:
@@ -881,10 +885,7 @@ def report(result: dict) -> None:
             f"the whole run: p50 {statistics.median(latencies):.1f} s, "
             f"p99 {percentile(latencies, 99):.1f} s, max {max(latencies):.1f} s"
         )
-    slow = sorted(
-        ((waited(at, start), name, at) for name, at in edits if (start := first_after(name, at)) is not None),
-        reverse=True,
-    )
+    slow = sorted(timed, reverse=True)
     if slow and slow[0][0] > 20:
         print(
             "edits reconciled more than 20 s after: "
