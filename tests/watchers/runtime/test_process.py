@@ -18,7 +18,10 @@ from tests.watchers.runtime.test_config import REPO, free_port
 
 
 def start_process(tls_files, listener, **extra: str) -> tuple[subprocess.Popen[str], int, int]:
-    webhook_port, metrics_port = free_port(), free_port()
+    webhook_port = free_port()
+    metrics_port = free_port()
+    while metrics_port == webhook_port:  # two calls may get the same free port back
+        metrics_port = free_port()
     env = {
         "PATH": os.environ.get("PATH", ""),
         "PYTHONPATH": str(REPO),
