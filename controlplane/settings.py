@@ -789,6 +789,15 @@ ROLLOUT_ADVANCE_INTERVAL: float = env.float("ROLLOUT_ADVANCE_INTERVAL", default=
 RUNTIME_CONNECT_TIMEOUT: float = env.float("RUNTIME_CONNECT_TIMEOUT", default=3.0)
 #: Seconds for runtime API server answers.
 RUNTIME_READ_TIMEOUT: float = env.float("RUNTIME_READ_TIMEOUT", default=15.0)
+#: Calls one reconcile makes to its runtime at once when at least 4 do not depend on each other (fewer are
+#: not worth a new connection's handshakes): the applies of one wave (the watcher's PriorityClass,
+#: NetworkPolicies, Secret and Services; then its Deployment; then its webhooks), the reads a full reconcile
+#: compares with. A runtime is a round trip away, so 8 applies at once wait about 3 round trips, not 8. Each
+#: worker process keeps up to `WORKER_CONCURRENCY` x (this - 1) threads for them; the connections opened for
+#: them are closed after the reconcile but one. 1: one call after the other.
+RUNTIME_PARALLEL_CALLS: int = env.int("RUNTIME_PARALLEL_CALLS", default=8)
+if RUNTIME_PARALLEL_CALLS < 1:
+    raise ImproperlyConfigured("RUNTIME_PARALLEL_CALLS must be at least 1")
 #: Server-side apply field manager in the runtimes.
 RUNTIME_FIELD_MANAGER: str = env.str("RUNTIME_FIELD_MANAGER", default="kyma-control-plane")
 #: Runtime clients (each with its kept-alive connection) cached per worker process, least recently used

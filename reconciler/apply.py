@@ -13,14 +13,17 @@ runtime's first reconcile) is applied without a read: there is nothing to compar
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 
-from fleet.k8s.client import ObjectKey, Permanent
+from fleet.k8s.client import ObjectKey, Permanent, RuntimeAPIError, RuntimeClient
 from fleet.k8s.ownership import MANAGED_SELECTOR, field_manager
+from fleet.k8s.parallel import all_at_once
 from kernel.documents.hashing import HASH_ANNOTATION, carries_hash
 
 from .context import KUBECONFIG_KEY, ReconcileContext
@@ -57,25 +60,33 @@ def read(
 
 
 def prefetch(ctx: ReconcileContext, docs: Iterable[dict[str, Any]], *, known: bool = False) -> None:
-    """Read objects of one kind and namespace with one labelled list when there are several (all
-    carry our managed-by label); :func:`live_object` then answers from it. Objects never seen in
-    place are left out (:func:`never_seen`), unless the caller ``known`` them to have been applied
-    (a SyncResource's manifests: its own record says so)."""
+    """Read the runtime's copies of ``docs`` at once (:mod:`fleet.k8s.parallel`): the objects of one
+    kind and namespace with one labelled list when there are several (all carry our managed-by
+    label), a lone one with a GET; :func:`live_object` then answers from what was read. Objects
+    never seen in place are left out (:func:`never_seen`), unless the caller ``known`` them to have
+    been applied (a SyncResource's manifests: its own record says so). A read the runtime refuses
+    is left to the object's own read, which reports it where its caller handles it."""
     groups: dict[tuple[str, str, str], list[ObjectKey]] = defaultdict(list)
     for doc in docs:
         key = key_of(doc)
         if key not in ctx.listed and (known or not never_seen(ctx, doc)):
             groups[key[:3]].append(key)
-    for (api_version, kind, namespace), keys in groups.items():
-        if len(keys) < 2:
-            continue
-        try:
-            items = ctx.client.list(api_version, kind, namespace or None, labels=MANAGED_SELECTOR)
-        except Permanent:
-            continue  # e.g. the kind is not served: each object's own GET says so
-        found = {(item.get("metadata") or {}).get("name"): item for item in items}
-        for key in keys:
-            ctx.listed[key] = found.get(key[3])
+    client = ctx.client
+    reads = [functools.partial(_read_group, client, keys) for keys in groups.values()]
+    for found in all_at_once(reads, idle=client.idle_connections()):
+        ctx.listed.update(found)
+
+
+def _read_group(client: RuntimeClient, keys: list[ObjectKey]) -> dict[ObjectKey, dict[str, Any] | None]:
+    api_version, kind, namespace, name = keys[0]
+    try:
+        if len(keys) == 1:
+            return {keys[0]: client.get(api_version, kind, name, namespace or None)}
+        items = client.list(api_version, kind, namespace or None, labels=MANAGED_SELECTOR)
+    except Permanent:
+        return {}  # e.g. the kind is not served: each object's own read says so
+    found = {(item.get("metadata") or {}).get("name"): item for item in items}
+    return {key: found.get(key[3]) for key in keys}
 
 
 def never_seen(ctx: ReconcileContext, doc: dict[str, Any]) -> bool:
@@ -143,7 +154,69 @@ def apply_if_changed(
     we manage, or that is gone though we had seen it in place, is drift: corrected and recorded
     on the context. Keeps the lease between objects (a slow runtime takes a while per call).
     Fields that managers in ``adopt_from`` own are taken over when it applies (:func:`take_over`)."""
-    ctx.step()
+    return apply_all(ctx, [doc], every_time=every_time, adopt_from=adopt_from)[0]
+
+
+# What a refused apply of one object of a wave becomes (a retry of its own), or it raises.
+Recover = Callable[[dict[str, Any], Permanent], "dict[str, Any] | None"]
+
+
+def apply_all(
+    ctx: ReconcileContext,
+    docs: Sequence[dict[str, Any]],
+    *,
+    every_time: bool | Callable[[dict[str, Any]], bool] = True,
+    adopt_from: Collection[str] = (),
+    recover: Recover | None = None,
+) -> list[dict[str, Any] | None]:
+    """:func:`apply_if_changed` for each of ``docs``, objects that may be written in any order (a
+    wave): each is compared with what was read of it (:func:`prefetch` reads them at once), then
+    the applies due go at once (:mod:`fleet.k8s.parallel`), then each is noted, in order. An apply
+    the runtime refuses is handed to ``recover`` when given; the first error is raised once every
+    other object of the wave is noted. ``every_time``: for all of them, or which (see
+    :func:`apply_if_changed`)."""
+    each = every_time if callable(every_time) else lambda _doc: every_time
+    results: list[dict[str, Any] | None] = []
+    due: list[tuple[int, _Due]] = []
+    for index, doc in enumerate(docs):
+        ctx.step()
+        compared = _compare(ctx, doc, every_time=each(doc), adopt_from=adopt_from)
+        if isinstance(compared, _Due):
+            due.append((index, compared))
+        results.append(None if isinstance(compared, _Due) else compared)
+    client = ctx.client
+    applies = [functools.partial(_apply_answer, client, docs[index]) for index, _ in due]
+    answers = all_at_once(applies, idle=client.idle_connections() if len(applies) > 1 else 0)
+    failed: Exception | None = None
+    for (index, how), answer in zip(due, answers, strict=True):
+        doc = docs[index]
+        try:
+            if isinstance(answer, Permanent) and recover is not None:
+                results[index] = recover(doc, answer)
+            elif isinstance(answer, RuntimeAPIError):
+                raise answer
+            else:
+                _applied(ctx, doc, answer, how, every_time=each(doc), adopt_from=adopt_from)
+        except RuntimeAPIError as exc:
+            failed = failed or exc
+    if failed is not None:
+        raise failed
+    return results
+
+
+@dataclass(frozen=True)
+class _Due:
+    """An object of a wave that must be applied: never read (``unread``), or drifted."""
+
+    unread: bool
+    drift: bool
+
+
+def _compare(
+    ctx: ReconcileContext, doc: dict[str, Any], *, every_time: bool, adopt_from: Collection[str]
+) -> dict[str, Any] | _Due:
+    """What the runtime holds of ``doc`` when nothing needs to be written (see
+    :func:`apply_if_changed`), else how it is due (a drift found is recorded on the context)."""
     if not every_time and not needs_check(ctx, doc):
         return doc
     unread = key_of(doc) not in ctx.listed and never_seen(ctx, doc)  # nothing to compare with
@@ -164,14 +237,37 @@ def apply_if_changed(
         drift = True  # deleted in the runtime
     if drift:
         ctx.drift.append(describe(doc))  # the timeline says "drift corrected: ..." for it
-    applied, created = ctx.client.apply_created(doc)
+    return _Due(unread=unread, drift=drift)
+
+
+def _apply_answer(
+    client: RuntimeClient, doc: dict[str, Any]
+) -> tuple[dict[str, Any], bool] | RuntimeAPIError:
+    """The apply's answer and whether it created the object, or why it failed (returned, not
+    raised: the wave's other objects are noted first)."""
+    try:
+        return client.apply_created(doc)
+    except RuntimeAPIError as exc:
+        return exc
+
+
+def _applied(
+    ctx: ReconcileContext,
+    doc: dict[str, Any],
+    answer: tuple[dict[str, Any], bool],
+    how: _Due,
+    *,
+    every_time: bool,
+    adopt_from: Collection[str],
+) -> None:
+    """Note an object the runtime just took: seen in place, and the change for the timeline."""
+    applied, created = answer
     _verified(ctx, doc, every_time=every_time)
     if adopt_from and take_over(ctx, doc, applied, adopt_from):
         ctx.change("applied", resource=resource_name(doc), action="taken over from " + ", ".join(adopt_from))
-    elif not drift:
-        action = "created" if created else "adopted (it was there already)" if unread else "updated"
+    elif not how.drift:
+        action = "created" if created else "adopted (it was there already)" if how.unread else "updated"
         ctx.change("applied", resource=resource_name(doc), action=action)
-    return None
 
 
 def _compared_where(ctx: ReconcileContext, doc: dict[str, Any]) -> tuple[Any, ...]:

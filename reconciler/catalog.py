@@ -25,12 +25,13 @@ import functools
 from collections.abc import Iterable
 from typing import Any
 
-from fleet.k8s.client import Gone
+from fleet.k8s.client import Gone, RuntimeClient
 from fleet.k8s.ownership import MANAGED_BY_LABEL, MANAGED_BY_VALUE, MANAGED_SELECTOR
+from fleet.k8s.parallel import all_at_once
 from fleet.models import Module
 from kernel.documents.hashing import stamped
 
-from .apply import apply_if_changed, key_of, needs_check, never_seen, prefetch
+from .apply import apply_all, key_of, needs_check, never_seen, prefetch
 from .catalog_crds import VERSION, module_release_meta_crd, module_template_crd
 from .context import ReconcileContext
 from .kyma_crd import GROUP
@@ -124,18 +125,23 @@ def sync(ctx: ReconcileContext) -> None:
     prefetch(ctx, [crd for crd in definitions if needs_check(ctx, crd)])
     for crd in definitions:
         ctx.client.learn(crd)
-        apply_if_changed(ctx, crd, every_time=False)
+    apply_all(ctx, definitions, every_time=False)
     docs = desired(ctx)
     wanted = {"|".join(key_of(doc)) for doc in docs}
-    found: dict[str, dict[str, Any]] = {}
+    listed = []
     for kind in KINDS:
         of_kind = [doc for doc in docs if doc["kind"] == kind]
         due = [doc for doc in of_kind if needs_check(ctx, doc)]
         if due and not all(never_seen(ctx, doc) for doc in due):
-            found.update(_list(ctx, kind, of_kind))
+            listed.append((kind, of_kind))
+    client = ctx.client
+    found: dict[str, dict[str, Any]] = {}
+    lists = [functools.partial(_list, client, kind) for kind, _ in listed]
+    answers = all_at_once(lists, idle=client.idle_connections())
+    for (kind, of_kind), items in zip(listed, answers, strict=True):
+        found.update(_found(ctx, kind, of_kind, items))
     try:
-        for doc in docs:
-            apply_if_changed(ctx, doc, every_time=False)
+        apply_all(ctx, docs, every_time=False)
     except Gone:  # the CRDs were only just created: not served yet
         ctx.recheck(ctx.now + CRD_SETTLING)
         return
@@ -145,12 +151,19 @@ def sync(ctx: ReconcileContext) -> None:
     _delete(ctx, stale)
 
 
-def _list(ctx: ReconcileContext, kind: str, docs: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The runtime's objects of ``kind`` with our label (one read); what the apply compares with."""
+def _list(client: RuntimeClient, kind: str) -> list[dict[str, Any]]:
+    """The runtime's objects of ``kind`` with our label (one read)."""
     try:
-        items = ctx.client.list(API_VERSION, kind, NAMESPACE, labels=MANAGED_SELECTOR)
+        return client.list(API_VERSION, kind, NAMESPACE, labels=MANAGED_SELECTOR)
     except Gone:
-        items = []
+        return []
+
+
+def _found(
+    ctx: ReconcileContext, kind: str, docs: Iterable[dict[str, Any]], items: list[dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """What the runtime holds of ``kind`` (``items``, listed) by key; ``docs``' copies are what the
+    apply compares with."""
     by_name = {(item.get("metadata") or {}).get("name"): item for item in items}
     for doc in docs:
         ctx.listed[key_of(doc)] = by_name.get(doc["metadata"]["name"])

@@ -116,6 +116,15 @@ def kyma_reconcile(
     ctx.events_trusted = not ctx.full and watcher_heard_recently(kyma.watcher_last_seen_at, ctx.now)
     # (another kubeconfig: what was seen is of another cluster, so nothing is left to beat's sweep)
     ctx.targeted = ctx.events_trusted and scope == Scope.TARGETED and ctx.same_cluster
+    try:
+        return _run(ctx)
+    finally:
+        if ctx.client is not None:
+            ctx.client.keep_one_connection()  # (calls made at once opened more: fleet.k8s.parallel)
+
+
+def _run(ctx: ReconcileContext) -> Outcome:
+    kyma = ctx.kyma
     if kyma.is_deleting:
         return deletion.run(ctx)
     if kyma.skip_reconciliation:

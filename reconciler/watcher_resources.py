@@ -33,7 +33,7 @@ from watchers.rollouts import watcher_from_fields
 from watchers.status import rollout_mark, webhook_problem
 
 from . import watcher_heartbeat
-from .apply import apply_if_changed, key_of, live_object, needs_check, never_seen, prefetch
+from .apply import apply_all, apply_if_changed, key_of, live_object, needs_check, never_seen, prefetch
 from .context import FALSE, TRUE, ReconcileContext
 from .drift import describe
 
@@ -136,13 +136,15 @@ def sync(ctx: ReconcileContext, watchers: list[Watcher], watched: Sequence[Watch
         ctx.condition("SKRWebhook", FALSE, "ImagePullSecretError", message)
         ctx.fatal = message
         return
+    prefetch(ctx, [doc for doc in docs if ctx.full or doc["kind"] in EVERY_TIME or needs_check(ctx, doc)])
     check_all = ctx.full or _pods_missing(ctx, next(doc for doc in docs if doc["kind"] == "Deployment"))
-    prefetch(ctx, [doc for doc in docs if check_all or doc["kind"] in EVERY_TIME or needs_check(ctx, doc)])
+    if check_all:
+        prefetch(ctx, docs)  # (the rest)
     deployment = None
-    for doc in docs:
-        live = _apply(ctx, doc, every_time=check_all or doc["kind"] in EVERY_TIME)
-        if doc["kind"] == "Deployment":
-            deployment = live
+    for wave in _waves(docs):
+        for doc, live in zip(wave, _apply(ctx, wave, check_all=check_all), strict=True):
+            if doc["kind"] == "Deployment":
+                deployment = live
     _remove_legacy(ctx)
     ctx.sync.applied_watchers = sorted(rollout_mark(w) for w in watchers)
     if deployment is None:  # just applied: its status is only known after the apply settled
@@ -161,18 +163,39 @@ def _pods_missing(ctx: ReconcileContext, doc: dict[str, Any]) -> bool:
     return live is not None and status.get("readyReplicas", 0) < (live.get("spec") or {}).get("replicas", 1)
 
 
-def _apply(ctx: ReconcileContext, doc: dict[str, Any], *, every_time: bool) -> dict[str, Any] | None:
-    """:func:`apply_if_changed`, taking over what upstream's lifecycle-manager put there; a
-    PriorityClass whose value must change (it cannot be updated) is replaced."""
-    try:
-        return apply_if_changed(ctx, doc, every_time=every_time, adopt_from=ADOPTED_MANAGERS)
-    except Permanent as exc:
+# The order the runtime watcher's objects are written in, wave by wave (the objects of a wave at
+# once): what its pod needs (a Deployment's pods are refused without their PriorityClass), the
+# Deployment, then the webhooks that call it.
+_WAVE_OF = {"Deployment": 1, "ValidatingWebhookConfiguration": 2}
+
+
+def _waves(docs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """``docs`` (in apply order) in their waves."""
+    waves: list[list[dict[str, Any]]] = [[] for _ in range(max(_WAVE_OF.values()) + 1)]
+    for doc in docs:
+        waves[_WAVE_OF.get(doc["kind"], 0)].append(doc)
+    return [wave for wave in waves if wave]
+
+
+def _apply(
+    ctx: ReconcileContext, docs: list[dict[str, Any]], *, check_all: bool
+) -> list[dict[str, Any] | None]:
+    """:func:`apply_all` (the kinds in ``EVERY_TIME`` checked every time, every kind with
+    ``check_all``), taking over what upstream's lifecycle-manager put there; a PriorityClass whose
+    value must change (it cannot be updated) is replaced."""
+
+    def every_time(doc: dict[str, Any]) -> bool:
+        return check_all or doc["kind"] in EVERY_TIME
+
+    def replaced(doc: dict[str, Any], exc: Permanent) -> dict[str, Any] | None:
         if doc["kind"] != "PriorityClass" or exc.status != 422:
-            raise
-    # Pods keep the priority they were admitted with; new ones get the new value.
-    ctx.client.delete(doc["apiVersion"], doc["kind"], doc["metadata"]["name"])
-    ctx.drift.append(describe(doc))
-    return apply_if_changed(ctx, doc, every_time=every_time)
+            raise exc
+        # Pods keep the priority they were admitted with; new ones get the new value.
+        ctx.client.delete(doc["apiVersion"], doc["kind"], doc["metadata"]["name"])
+        ctx.drift.append(describe(doc))
+        return apply_if_changed(ctx, doc, every_time=every_time(doc))
+
+    return apply_all(ctx, docs, every_time=every_time, adopt_from=ADOPTED_MANAGERS, recover=replaced)
 
 
 def _remove_legacy(ctx: ReconcileContext) -> None:

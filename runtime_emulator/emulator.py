@@ -95,6 +95,11 @@ class RuntimeEmulator(UserActions, KubernetesEmulator):
         """Whether the emulator currently accepts connections."""
         return self._listener is not None
 
+    @property
+    def open_connections(self) -> int:
+        """Client connections open now (a keep-alive pool's idle ones included)."""
+        return len(self._web.connections) if self._web is not None else 0
+
     async def listen(self, bind: str, ssl_context: ssl.SSLContext | None) -> None:
         """Start accepting connections (on the same port as before, if it had one)."""
         if self._listener is not None:
@@ -132,6 +137,7 @@ class RuntimeEmulator(UserActions, KubernetesEmulator):
     async def __call__(self, raw: web.BaseRequest) -> web.StreamResponse:  # type: ignore[override]
         """The aiohttp entry point: account, inject faults, authenticate, then serve."""
         route = routes.parse(raw.path)
+        self.counts.started()
         try:
             content_type = raw.headers.get("Content-Type", "").split(";")[0].strip()
             self.counts.record(routes.verb(raw.method, route, raw.query, content_type), route.label)
@@ -147,6 +153,8 @@ class RuntimeEmulator(UserActions, KubernetesEmulator):
         except Exception as exc:
             logger.exception("emulator %s failed on %s %s", self.name, raw.method, raw.path)
             return await self._render_error(errors.internal_error(repr(exc)))
+        finally:
+            self.counts.finished()
 
     async def _render_error(self, exc: Exception) -> web.StreamResponse:
         error = exc if isinstance(exc, KubernetesError) else errors.internal_error(repr(exc))

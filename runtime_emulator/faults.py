@@ -64,12 +64,24 @@ class Faults:
 
 
 class RequestCounts:
-    """Requests received, by verb and resource (``deployments.apps``, ``pods/status``...)."""
+    """Requests received, by verb and resource (``deployments.apps``, ``pods/status``...), and
+    how many were being served at once at most (``peak``: a client's calls made at once overlap
+    while the emulator's latency holds them)."""
 
-    __slots__ = ("_counts",)
+    __slots__ = ("_counts", "in_flight", "peak")
 
     def __init__(self) -> None:
         self._counts: Counter[tuple[str, str]] = Counter()
+        self.in_flight = 0  # (served on one event loop: no lock)
+        self.peak = 0
+
+    def started(self) -> None:
+        """A request is being served (until :meth:`finished`)."""
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+
+    def finished(self) -> None:
+        self.in_flight -= 1
 
     def record(self, verb: str, resource: str) -> None:
         """Count one request."""
@@ -105,3 +117,4 @@ class RequestCounts:
     def reset(self) -> None:
         """Start counting from zero (e.g. right before the operation under test)."""
         self._counts.clear()
+        self.peak = self.in_flight

@@ -9,7 +9,9 @@ than deserialised into the client's model classes, which is several times faster
 
 from __future__ import annotations
 
+import contextlib
 import json
+import queue
 import threading
 import time
 from collections import OrderedDict
@@ -72,13 +74,20 @@ class CallCounts:
     by_verb: dict[str, int] = field(default_factory=dict)
     throttled: int = 0  # requests that waited for the client's rate limit
     waited: float = 0.0  # seconds they waited in all
+    # (calls made at once, fleet.k8s.parallel, count from several threads)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
 
-    def add(self, verb: str) -> None:
-        self.by_verb[verb] = self.by_verb.get(verb, 0) + 1
-        if verb in ("get", "list"):
-            self.reads += 1
-        else:
-            self.writes += 1
+    def add(self, verb: str, wait: float = 0.0) -> None:
+        """One call of ``verb``, which waited ``wait`` seconds for the rate limit first."""
+        with self._lock:
+            self.by_verb[verb] = self.by_verb.get(verb, 0) + 1
+            if verb in ("get", "list"):
+                self.reads += 1
+            else:
+                self.writes += 1
+            if wait > 0:
+                self.throttled += 1
+                self.waited += wait
 
 
 def _translate(exc: Exception, what: str) -> RuntimeAPIError:
@@ -189,6 +198,8 @@ class RuntimeClient:
         configuration = k8s.Configuration()
         k8s_config.load_kube_config_from_dict(docs[0], client_configuration=configuration)
         configuration.retries = urllib3.Retry(total=0, connect=1, read=0, redirect=0)
+        # (calls made at once, fleet.k8s.parallel, each hold a connection of their own)
+        configuration.connection_pool_maxsize = settings.RUNTIME_PARALLEL_CALLS
         if not _credentials_expire(docs[0]):
             # The client's hook loads the credentials again before every request, for those that
             # expire (an exec plugin's, an auth provider's); a static token or client certificate
@@ -198,6 +209,40 @@ class RuntimeClient:
 
     def close(self) -> None:
         self.api.close()
+
+    def idle_connections(self) -> int:
+        """Connections to the runtime open and idle now: calls made at once use them without a
+        handshake (:mod:`fleet.k8s.parallel`)."""
+        pools = self.api.rest_client.pool_manager.pools
+        idle = 0
+        for key in pools.keys():  # noqa: SIM118 - (the container refuses iteration; keys() is a copy)
+            pool = pools.get(key)
+            if pool is not None and pool.pool is not None:
+                idle += sum(1 for connection in list(pool.pool.queue) if connection is not None)
+        return idle
+
+    def keep_one_connection(self) -> None:
+        """Close the idle connections to the runtime but one: calls made at once
+        (:mod:`fleet.k8s.parallel`) opened them for one reconcile, and a worker keeps a client for
+        each of thousands of runtimes. (urllib3's pool is a queue holding its idle connections,
+        and ``None`` for each it may still open: a closed one becomes ``None`` again.)"""
+        pools = self.api.rest_client.pool_manager.pools
+        for key in pools.keys():  # noqa: SIM118 - (the container refuses iteration; keys() is a copy)
+            pool = pools.get(key)
+            if pool is None or pool.pool is None:
+                continue
+            held: list[Any] = []
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    held.append(pool.pool.get(block=False))
+            kept = False
+            for connection in held:
+                if connection is not None and not kept:
+                    kept = True
+                elif connection is not None:
+                    connection.close()
+                    connection = None
+                pool.pool.put(connection, block=False)
 
     def reset_counts(self) -> None:
         self.counts = CallCounts()
@@ -220,11 +265,9 @@ class RuntimeClient:
         content_type: str = "application/json",
     ) -> tuple[int, Any]:
         """(HTTP status, parsed answer) of one call, once the rate limit lets it go."""
-        self.counts.add(verb)
         wait = self.rate.take()
+        self.counts.add(verb, wait)
         if wait > 0:
-            self.counts.throttled += 1
-            self.counts.waited += wait
             time.sleep(wait)
         try:
             response = self.api.call_api(
