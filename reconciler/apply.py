@@ -60,12 +60,13 @@ def read(
 
 
 def prefetch(ctx: ReconcileContext, docs: Iterable[dict[str, Any]], *, known: bool = False) -> None:
-    """Read the runtime's copies of ``docs`` at once (:mod:`fleet.k8s.parallel`): the objects of one
-    kind and namespace with one labelled list when there are several (all carry our managed-by
-    label), a lone one with a GET; :func:`live_object` then answers from what was read. Objects
-    never seen in place are left out (:func:`never_seen`), unless the caller ``known`` them to have
-    been applied (a SyncResource's manifests: its own record says so). A read the runtime refuses
-    is left to the object's own read, which reports it where its caller handles it."""
+    """Read the runtime's copies of ``docs`` (at once where that is worth it:
+    :mod:`fleet.k8s.parallel`): the objects of one kind and namespace with one labelled list when
+    there are several (all carry our managed-by label), a lone one with a GET; :func:`live_object`
+    then answers from what was read. Objects never seen in place are left out (:func:`never_seen`),
+    unless the caller ``known`` them to have been applied (a SyncResource's manifests: its own
+    record says so). A read the runtime refuses is left to the object's own read, which reports it
+    where its caller handles it."""
     groups: dict[tuple[str, str, str], list[ObjectKey]] = defaultdict(list)
     for doc in docs:
         key = key_of(doc)
