@@ -13,29 +13,15 @@ import time
 import pytest
 
 from fleet import queue
-from fleet.models import Kyma, KymaState, ModuleConfig, ReconcileRecord
+from fleet.models import Kyma, KymaState, ReconcileRecord
 from pki import services as pki
 from reconciler.run import kyma_reconcile_run
-from tests.reconciler.test_periodic_reads import heartbeat, run
+from tests.reconciler.helpers import run
 from tests.support.runtimes import connected_kyma, keda_module, klm_watcher
 
 pytestmark = pytest.mark.django_db
 
 LATENCY = 0.1  # seconds the runtime holds each answer
-
-
-@pytest.fixture
-def settled(runtimes):
-    pki.ca_bootstrap()
-    klm_watcher()
-    keda_module()
-    runtime = runtimes()
-    kyma = connected_kyma(runtime)
-    heartbeat(kyma)
-    run(kyma, "spec changed")
-    ModuleConfig.objects.filter(kyma=kyma).update(status={"state": "Ready"})
-    assert run(kyma, "module status reported").state == KymaState.READY
-    return kyma, runtime
 
 
 def one_connection_left(runtime) -> bool:

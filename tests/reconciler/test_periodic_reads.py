@@ -18,11 +18,9 @@ from fleet import queue
 from fleet.models import Kyma, KymaState, ModuleConfig, ReconcileRecord, SyncResource
 from fleet.queue import StoredChange
 from fleet.services import modules as module_services
-from pki import services as pki
 from reconciler.run import kyma_reconcile_run
-from tests.factories import beside
-from tests.reconciler.helpers import CONFIGMAP
-from tests.support.runtimes import connected_kyma, keda_module, klm_watcher
+from tests.reconciler.helpers import CONFIGMAP, heartbeat, run
+from tests.support.runtimes import keda_module
 
 pytestmark = pytest.mark.django_db
 
@@ -39,21 +37,6 @@ def reads_of(runtime, resource_prefix: str) -> int:
     )
 
 
-def heartbeat(kyma: Kyma, at: dt.datetime | None = None) -> None:
-    """What the listener stores when the runtime watcher says it is alive."""
-    beside(kyma.pk, watcher_last_seen_at=at or timezone.now())
-
-
-def run(kyma: Kyma, reason: str, *, full: bool = True) -> Kyma:
-    """A reconcile as a request queues it: its mark says whether to read everything (a request
-    made before joins that mark, as it would have joined the queued task)."""
-    now = timezone.now()
-    queue.flags().claim([kyma.pk], now, now, full=full)
-    kyma_reconcile_run(kyma.pk, reason=reason)
-    kyma.refresh_from_db()
-    return kyma
-
-
 def event_of(runtime, kind: str, name: str) -> StoredChange:
     """The change our runtime watcher reports for an update of this object (before it)."""
     before = runtime.get_object(kind, name, "kyma-system")
@@ -66,22 +49,6 @@ def event_of(runtime, kind: str, name: str) -> StoredChange:
         before["metadata"]["uid"],
         before["metadata"]["resourceVersion"],
     )
-
-
-@pytest.fixture
-def settled(runtimes):
-    """A Ready Kyma with keda reported Ready by its manager and a live runtime watcher."""
-    pki.ca_bootstrap()
-    klm_watcher()
-    keda_module()
-    runtime = runtimes()
-    kyma = connected_kyma(runtime)
-    heartbeat(kyma)
-    run(kyma, "spec changed")
-    ModuleConfig.objects.filter(kyma=kyma).update(status={"state": "Ready"})
-    kyma = run(kyma, "module status reported")
-    assert kyma.state == KymaState.READY
-    return kyma, runtime
 
 
 def test_given_a_live_watcher_when_a_periodic_reconcile_finds_nothing_to_do_then_three_reads_no_write(
