@@ -74,7 +74,7 @@ def prefetch(ctx: ReconcileContext, docs: Iterable[dict[str, Any]], *, known: bo
             groups[key[:3]].append(key)
     client = ctx.client
     reads = [functools.partial(_read_group, client, keys) for keys in groups.values()]
-    for found in all_at_once(reads, idle=client.idle_connections()):
+    for found in all_at_once(reads, idle=client.idle_connections):
         ctx.listed.update(found)
 
 
@@ -187,7 +187,7 @@ def apply_all(
         results.append(None if isinstance(compared, _Due) else compared)
     client = ctx.client
     applies = [functools.partial(_apply_answer, client, docs[index]) for index, _ in due]
-    answers = all_at_once(applies, idle=client.idle_connections() if len(applies) > 1 else 0)
+    answers = all_at_once(applies, idle=client.idle_connections)
     failed: Exception | None = None
     for (index, how), answer in zip(due, answers, strict=True):
         doc = docs[index]

@@ -137,7 +137,7 @@ def sync(ctx: ReconcileContext) -> None:
     client = ctx.client
     found: dict[str, dict[str, Any]] = {}
     lists = [functools.partial(_list, client, kind) for kind, _ in listed]
-    answers = all_at_once(lists, idle=client.idle_connections())
+    answers = all_at_once(lists, idle=client.idle_connections)
     for (kind, of_kind), items in zip(listed, answers, strict=True):
         found.update(_found(ctx, kind, of_kind, items))
     try:

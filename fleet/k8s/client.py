@@ -210,27 +210,25 @@ class RuntimeClient:
     def close(self) -> None:
         self.api.close()
 
+    def _pools(self) -> list[Any]:
+        """urllib3's connection pools of this client (one per runtime address); each holds a queue
+        of its idle connections, and ``None`` for each it may still open."""
+        pools = self.api.rest_client.pool_manager.pools
+        found = (pools.get(key) for key in pools.keys())  # noqa: SIM118 - (it refuses iteration; keys() copies)
+        return [pool for pool in found if pool is not None and pool.pool is not None]
+
     def idle_connections(self) -> int:
         """Connections to the runtime open and idle now: calls made at once use them without a
         handshake (:mod:`fleet.k8s.parallel`)."""
-        pools = self.api.rest_client.pool_manager.pools
-        idle = 0
-        for key in pools.keys():  # noqa: SIM118 - (the container refuses iteration; keys() is a copy)
-            pool = pools.get(key)
-            if pool is not None and pool.pool is not None:
-                idle += sum(1 for connection in list(pool.pool.queue) if connection is not None)
-        return idle
+        return sum(_idle_in(pool) for pool in self._pools())
 
     def keep_one_connection(self) -> None:
         """Close the idle connections to the runtime but one: calls made at once
         (:mod:`fleet.k8s.parallel`) opened them for one reconcile, and a worker keeps a client for
-        each of thousands of runtimes. (urllib3's pool is a queue holding its idle connections,
-        and ``None`` for each it may still open: a closed one becomes ``None`` again.)"""
-        pools = self.api.rest_client.pool_manager.pools
-        for key in pools.keys():  # noqa: SIM118 - (the container refuses iteration; keys() is a copy)
-            pool = pools.get(key)
-            if pool is None or pool.pool is None:
-                continue
+        each of thousands of runtimes (a closed one becomes ``None`` in its pool again)."""
+        for pool in self._pools():
+            if _idle_in(pool) <= 1:
+                continue  # (a reconcile that made no calls at once: nothing to close)
             held: list[Any] = []
             with contextlib.suppress(queue.Empty):
                 while True:
@@ -493,6 +491,12 @@ class RuntimeClient:
             return False
         doc = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
         return self.apply_created(doc)[1]
+
+
+def _idle_in(pool: Any) -> int:
+    """Idle connections in one of urllib3's pools (its queue holds them, and ``None`` for each
+    connection it may still open)."""
+    return sum(1 for connection in list(pool.pool.queue) if connection is not None)
 
 
 def _credentials_expire(kubeconfig: Any) -> bool:

@@ -45,13 +45,13 @@ def _executor() -> ThreadPoolExecutor:
         return _pool[1]
 
 
-def all_at_once(calls: Sequence[Callable[[], T]], *, idle: int = 0) -> list[T]:
-    """Each call's result, in order. From ``AT_ONCE_FROM`` calls on, or when there are ``idle``
-    connections for all of them, they run at once, ``RUNTIME_PARALLEL_CALLS`` at a time; when any
-    raised, the first of them (in order) is raised once all have finished, so no call is left
-    running behind the caller's back."""
+def all_at_once(calls: Sequence[Callable[[], T]], *, idle: Callable[[], int] = lambda: 0) -> list[T]:
+    """Each call's result, in order. From ``AT_ONCE_FROM`` calls on, or when there are ``idle()``
+    connections for all of them (asked only then), they run at once, ``RUNTIME_PARALLEL_CALLS`` at
+    a time; when any raised, the first of them (in order) is raised once all have finished, so no
+    call is left running behind the caller's back."""
     at_once = settings.RUNTIME_PARALLEL_CALLS
-    if len(calls) <= 1 or at_once <= 1 or (len(calls) < AT_ONCE_FROM and idle < len(calls)):
+    if len(calls) <= 1 or at_once <= 1 or (len(calls) < AT_ONCE_FROM and idle() < len(calls)):
         return [call() for call in calls]
     results: list[T] = []
     for start in range(0, len(calls), at_once):

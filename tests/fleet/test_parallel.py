@@ -54,7 +54,7 @@ def test_given_more_calls_than_allowed_at_once_then_they_go_in_groups_of_that_ma
 def in_caller_thread(count: int, idle: int = 0) -> bool:
     names: list[str] = []
     calls = [lambda n=n: names.append(threading.current_thread().name) or n for n in range(count)]
-    assert all_at_once(calls, idle=idle) == list(range(count))
+    assert all_at_once(calls, idle=lambda: idle) == list(range(count))
     return set(names) == {threading.current_thread().name}
 
 
