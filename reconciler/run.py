@@ -108,14 +108,20 @@ def _urgent_wait(kyma_id: int, min_spacing: float) -> float:
 _SPACING_SLACK = 0.05
 
 
-def _space_provisionally(kyma_id: int, min_spacing: float) -> bool:
-    """As the task starts (its mark just went), tell the queue the next reconcile waits for the
+def _provisional_until(min_spacing: float) -> dt.datetime | None:
+    """As the task starts (its mark goes), the queue learns that the next reconcile waits for the
     spacing, unless it knows a time already: a runtime that keeps changing sends its next event
-    at once, and its task must not be due before this one decided. Whether it was set."""
+    at once, and its task must not be due before this one decided (:func:`_space_next`). Until
+    when (``None``: no spacing)."""
     if min_spacing <= 0:
-        return False
-    until = timezone.now() + dt.timedelta(seconds=min_spacing + _SPACING_SLACK)
-    return queue.spaced(kyma_id, until, if_free=True)
+        return None
+    return timezone.now() + dt.timedelta(seconds=min_spacing + _SPACING_SLACK)
+
+
+def _space_provisionally(kyma_id: int, min_spacing: float) -> bool:
+    """:func:`_provisional_until` for a task whose mark went already. Whether it was set."""
+    until = _provisional_until(min_spacing)
+    return until is not None and queue.spaced(kyma_id, until, if_free=True)
 
 
 def _space_next(kyma: Kyma, min_spacing: float, provisional: bool) -> None:
@@ -243,7 +249,11 @@ def kyma_reconcile_run(
     all its Kymas at once (``records``). ``shared``: the batch's reads (:mod:`.shared`).
     """
     queue.lease_release_unreleased()  # a reconcile that met a database outage held one
-    if marked:
+    provisional: bool | None = None  # not known yet: _run_started sets it
+    if marked and not busy:  # the mark goes and the spacing holds in one round trip
+        start = queue.start(kyma_id, space_until=_provisional_until(min_spacing))
+        provisional = start.spaced
+    elif marked:  # a busy task may find no slot and run later: no spacing before it runs
         start = queue.start(kyma_id)
     else:
         queue.start_urgent(kyma_id)
@@ -252,7 +262,7 @@ def kyma_reconcile_run(
         _defer_busy(kyma_id, start, marked=marked, wait=busy_wait(min_spacing, busy))
         return  # another task is queued: it runs when a slot is free
     try:
-        _run_started(kyma_id, start, min_spacing, reason, urgent, marked, shared, records)
+        _run_started(kyma_id, start, min_spacing, reason, urgent, marked, shared, records, provisional)
     finally:
         if busy:
             BUSY_SLOTS.give_back()
@@ -267,9 +277,11 @@ def _run_started(
     marked: bool,
     shared: SharedReads | None = None,
     records: list[ReconcileRecord] | None = None,
+    provisional: bool | None = None,
 ) -> None:
     not_before, changes = start.not_before, start.changes
-    provisional = _space_provisionally(kyma_id, min_spacing)
+    if provisional is None:
+        provisional = _space_provisionally(kyma_id, min_spacing)
     hold = queue.hold_for(not_before)
     owner = queue.worker_id()
     if not queue.lease_acquire(kyma_id, owner=owner):

@@ -324,10 +324,12 @@ def reconcile_rearm_urgent(kyma_id: int) -> bool:
     return bool(flags().claim_urgent([kyma_id], timezone.now()))
 
 
-def reconcile_start(kyma_id: int) -> Started:
+def reconcile_start(kyma_id: int, *, space_until: dt.datetime | None = None) -> Started:
     """:func:`reconcile_started`, with the changes the runtime must have stored before the task
-    reads it (encoded; :func:`fleet.queue.changes.decode_all`)."""
-    return flags().started(kyma_id)
+    reads it (encoded; :func:`fleet.queue.changes.decode_all`). ``space_until``: also
+    :func:`reconcile_spaced` until then ``if_free``, in the same round trip (a hint: not set when
+    the marks are unavailable; ``Started.spaced`` says whether it was)."""
+    return flags().started(kyma_id, space_until=space_until)
 
 
 def reconcile_rearm(

@@ -101,6 +101,28 @@ def test_given_a_spaced_kyma_when_claimed_then_its_task_is_due_when_the_spacing_
     assert store.space(kyma.pk, None) and store.space(kyma.pk, soon(1), if_free=True)
 
 
+def test_given_a_starting_task_that_asks_for_spacing_then_the_mark_goes_and_the_next_claim_waits(store):
+    kyma = KymaFactory()
+    store.claim_one(kyma.pk, timezone.now(), timezone.now(), soon(0.5), ["change-a"], soon(1))
+    until = soon(3)
+    started = store.started(kyma.pk, space_until=until)
+    assert started.found and started.spaced and started.changes == ("change-a",)
+    assert store.queued([kyma.pk]) == set()
+    claimed, eta = store.claim_one(kyma.pk, timezone.now(), timezone.now(), None)
+    assert claimed and abs((eta - until).total_seconds()) < 0.001  # the event's task is due then
+
+
+def test_given_a_spacing_that_holds_when_a_task_starts_asking_for_one_then_it_is_kept(store):
+    kyma = KymaFactory()
+    until = soon(3)
+    store.space(kyma.pk, until)
+    store.claim([kyma.pk], soon(), soon())
+    started = store.started(kyma.pk, space_until=soon(1))
+    assert started.found and not started.spaced
+    claimed, eta = store.claim_one(kyma.pk, timezone.now(), timezone.now(), None)
+    assert claimed and abs((eta - until).total_seconds()) < 0.001
+
+
 def test_given_a_claim_whose_publish_failed_when_released_then_the_mark_is_gone(store):
     kyma, other = KymaFactory(), KymaFactory()
     eta = soon()

@@ -27,6 +27,8 @@ class Started:
     not_before: dt.datetime | None = None
     changes: tuple[str, ...] = ()
     found: bool = False
+    # The spacing asked for with the start (``space_until``) was set: it held no time before.
+    spaced: bool = False
 
     @property
     def full(self) -> bool:
@@ -83,9 +85,11 @@ class ReconcileFlags(Protocol):
     def started_urgent(self, kyma_id: int) -> None:
         """An urgent task starts: later urgent requests must queue a new one."""
 
-    def started(self, kyma_id: int) -> Started:
+    def started(self, kyma_id: int, *, space_until: dt.datetime | None = None) -> Started:
         """A task starts: later requests must queue a new one. Returns the time before which the
-        task must not read the runtime, if requests asked for one, and the changes to check."""
+        task must not read the runtime, if requests asked for one, and the changes to check.
+        ``space_until``: also :meth:`space` the Kyma until then ``if_free``, as the mark goes
+        (``Started.spaced`` says whether it was set)."""
 
     def queued(self, kyma_ids: Sequence[int]) -> set[int]:
         """Which of these Kymas are marked now."""

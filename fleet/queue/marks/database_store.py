@@ -9,10 +9,11 @@ written, so a claim never waits on an operator's edit (nor the edit on a claim).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Sequence
 
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.utils import timezone
 
 from fleet.models import Kyma, ReconcileMark
@@ -198,7 +199,15 @@ class DatabaseFlags:
     def release(self, kyma_ids: Sequence[int], eta: dt.datetime) -> None:
         ReconcileMark.objects.filter(kyma_id__in=kyma_ids, queued_at=eta).update(queued_at=None)
 
-    def started(self, kyma_id: int) -> Started:
+    def started(self, kyma_id: int, *, space_until: dt.datetime | None = None) -> Started:
+        start = self._started(kyma_id)
+        try:  # a hint: the start stands without it
+            spaced = space_until is not None and self.space(kyma_id, space_until, if_free=True)
+        except DatabaseError:
+            spaced = False
+        return dataclasses.replace(start, spaced=True) if spaced else start
+
+    def _started(self, kyma_id: int) -> Started:
         # RETURNING gives the row as this UPDATE leaves it: "not before" and the changes as they
         # were when the mark went (a claim resets them; a request adds to them only while the
         # mark is there).

@@ -167,14 +167,21 @@ class RedisFlags:
         for kyma_id in kyma_ids:
             self._release(keys=[self.key(kyma_id)], args=[to_stamp(eta)])
 
-    def started(self, kyma_id: int) -> Started:
-        value = self.client.getdel(self.key(kyma_id))
+    def started(self, kyma_id: int, *, space_until: dt.datetime | None = None) -> Started:
+        keep = math.ceil((space_until - timezone.now()).total_seconds() * 1000) if space_until else 0
+        if keep > 0:  # one round trip: the mark goes, then the spacing holds
+            with self.client.pipeline(transaction=False) as pipe:
+                pipe.getdel(self.key(kyma_id))
+                pipe.set(self.spaced_key(kyma_id), to_stamp(space_until), px=keep, nx=True)
+                value, spaced = pipe.execute()
+        else:
+            value, spaced = self.client.getdel(self.key(kyma_id)), False
         if not value:
-            return Started()
+            return Started(spaced=bool(spaced))
         head, *changes = value.decode().split("\n")
         _, _, not_before = head.partition(" ")
         moment = from_stamp(not_before) if not_before and float(not_before) > 0 else None
-        return Started(moment, tuple(line for line in changes if line), found=True)
+        return Started(moment, tuple(line for line in changes if line), found=True, spaced=bool(spaced))
 
     def queued(self, kyma_ids: Sequence[int]) -> set[int]:
         with self.client.pipeline(transaction=False) as pipe:
