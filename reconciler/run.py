@@ -14,7 +14,6 @@ from django.utils import timezone
 
 from fleet import queue
 from fleet.models import Kyma, ReconcileRecord
-from fleet.models.bookkeeping import KYMA_WITH_ROWS
 from reconciler.context import LeaseLost
 from reconciler.drift import count_corrections
 from reconciler.engine import Scope, kyma_reconcile
@@ -241,8 +240,9 @@ def kyma_reconcile_run(
     named. An unmarked task (a control-plane change: a module manager's SyncResource) is targeted:
     a request that wanted more also marked the queued task, which follows.
 
-    Database round trips of a no-op: the lease is taken first (one upsert of the Kyma's
-    ``ReconcileState`` row) and the Kyma read once under it, with the rows beside it (one query);
+    Database round trips of a no-op: the lease is taken (one upsert of the Kyma's
+    ``ReconcileState`` row) and the Kyma read under it, with the rows beside it, in one statement
+    on PostgreSQL (:func:`fleet.queue.lease_acquire_read`; two on SQLite);
     the schedule write releases the lease in the same UPDATE, and the status (the Kyma row) and
     ``RuntimeSync`` are written only when they moved; the record is inserted without looking
     whether the Kyma still exists (the cleanup says when it deleted the row), by the batch for
@@ -284,7 +284,8 @@ def _run_started(
         provisional = _space_provisionally(kyma_id, min_spacing)
     hold = queue.hold_for(not_before)
     owner = queue.worker_id()
-    if not queue.lease_acquire(kyma_id, owner=owner):
+    read = queue.lease_acquire_read(kyma_id, owner=owner)  # the Kyma, read under its lease
+    if read is None:
         if provisional:  # the holder decides (it set its own time, or had none to set)
             queue.spaced(kyma_id, None)
         if not Kyma.objects.filter(pk=kyma_id).exists():
@@ -298,9 +299,7 @@ def _run_started(
         return  # another task is queued: it runs after the current holder
     outcome, kyma, released = None, None, False
     try:
-        kyma = KYMA_WITH_ROWS.get(kyma_id)
-        if kyma is None:
-            return
+        kyma = read
         if min_spacing > 0 and kyma.last_reconcile_at is not None:
             wait = min_spacing - (timezone.now() - kyma.last_reconcile_at).total_seconds()
             if wait > 0.005:

@@ -130,6 +130,31 @@ class CompiledGet(_Compiled[M]):
             found = cursor.fetchone()
         return None if found is None else plan.instances([found], using)[0]  # type: ignore[return-value]
 
+    def get_after(
+        self, key: Any, statement: str, params: Sequence[Any], *, table: str, using: str | None = None
+    ) -> M | None:
+        """:meth:`get` in the same statement as a write before it, on PostgreSQL (one round trip):
+        ``statement``, an INSERT or UPDATE of ``table`` ending in ``RETURNING *``, becomes the
+        query of a ``WITH`` clause, and the joined row of ``table`` is the one it returned (the
+        rest of a statement does not see what its ``WITH`` query wrote). ``None`` when it
+        returned no row for the key, or there is no such row."""
+        using = self._using(using)
+        connection = connections[using]
+        if connection.vendor != "postgresql":
+            raise ValueError("a write and a read in one statement needs PostgreSQL")
+        plan = self._plan(using, lambda queryset: queryset.filter(pk=_MARKER).order_by())
+        name = connection.ops.quote_name(table)
+        join = f"LEFT OUTER JOIN {name} ON"
+        if plan.sql.count(join) != 1:
+            raise ValueError(f"{table} is not joined once in {plan.sql!r}")
+        sql = f"WITH written AS ({statement}) " + plan.sql.replace(join, f"INNER JOIN written AS {name} ON")
+        query = list(plan.params)
+        query[plan.key_at] = key
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [*params, *query])
+            found = cursor.fetchone()
+        return None if found is None else plan.instances([found], using)[0]  # type: ignore[return-value]
+
 
 class CompiledQuery(_Compiled[M]):
     """``build().filter(<field>__in=keys)`` evaluated for any keys, compiled once per alias (the

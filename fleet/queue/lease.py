@@ -42,6 +42,7 @@ from django.db import DatabaseError, connection
 from django.utils import timezone
 
 from fleet.models import Kyma, ReconcileState
+from fleet.models.bookkeeping import KYMA_WITH_ROWS
 
 from .retry import WorkerStopping
 
@@ -77,26 +78,58 @@ def _lease_seconds() -> float:
     return float(settings.RECONCILE_LEASE_SECONDS)
 
 
+# Take the lease when it is free: one upsert, which makes the Kyma's ``ReconcileState`` row on its
+# first reconcile. (The SELECT's WHERE also tells SQLite's parser where the upsert clause begins.)
+_TAKE = (
+    f"INSERT INTO {TABLE} (kyma_id, lease_owner, lease_until, error_streak) "
+    f"SELECT id, %s, %s, 0 FROM {KYMAS} WHERE id = %s ON CONFLICT (kyma_id) DO UPDATE SET "
+    "lease_owner = excluded.lease_owner, lease_until = excluded.lease_until "
+    f"WHERE {TABLE}.lease_until IS NULL OR {TABLE}.lease_until <= %s"
+)
+
+
+def _take_params(kyma_id: int, owner: str) -> list:
+    now = timezone.now()
+    adapt = connection.ops.adapt_datetimefield_value
+    return [owner, adapt(now + dt.timedelta(seconds=_lease_seconds())), kyma_id, adapt(now)]
+
+
 def lease_acquire(kyma_id: int, *, owner: str | None = None) -> bool:
     """Take the Kyma's lease when it is free (never taken, released, or run out): one upsert,
     which makes the Kyma's ``ReconcileState`` row on its first reconcile. False when another
     holds it, or when there is no such Kyma."""
     owner = owner or worker_id()
-    now = timezone.now()
-    adapt = connection.ops.adapt_datetimefield_value
     with connection.cursor() as cursor:
-        # (the SELECT's WHERE also tells SQLite's parser where the upsert clause begins)
-        cursor.execute(
-            f"INSERT INTO {TABLE} (kyma_id, lease_owner, lease_until, error_streak) "
-            f"SELECT id, %s, %s, 0 FROM {KYMAS} WHERE id = %s ON CONFLICT (kyma_id) DO UPDATE SET "
-            "lease_owner = excluded.lease_owner, lease_until = excluded.lease_until "
-            f"WHERE {TABLE}.lease_until IS NULL OR {TABLE}.lease_until <= %s RETURNING kyma_id",
-            [owner, adapt(now + dt.timedelta(seconds=_lease_seconds())), kyma_id, adapt(now)],
-        )
+        cursor.execute(_TAKE + " RETURNING kyma_id", _take_params(kyma_id, owner))
         taken = cursor.fetchone() is not None
     if taken:
         KEEPER.hold(kyma_id, owner, inline=connection.in_atomic_block)
     return taken
+
+
+def lease_acquire_read(kyma_id: int, *, owner: str | None = None) -> Kyma | None:
+    """:func:`lease_acquire`, then the Kyma read under the lease with the rows beside it
+    (``KYMA_WITH_ROWS``, its ``ReconcileState`` as the lease left it). On PostgreSQL both are
+    one statement: one round trip less on the way into every reconcile. ``None`` when another
+    holds the lease, or when there is no such Kyma."""
+    owner = owner or worker_id()
+    if connection.vendor != "postgresql":
+        if not lease_acquire(kyma_id, owner=owner):
+            return None
+        try:
+            kyma = KYMA_WITH_ROWS.get(kyma_id)
+        except BaseException:
+            lease_release(kyma_id, owner=owner)
+            raise
+        if kyma is None:  # gone since (a forced delete): nothing to hold
+            lease_release(kyma_id, owner=owner)
+        return kyma
+    kyma = KYMA_WITH_ROWS.get_after(
+        kyma_id, _TAKE + " RETURNING *", _take_params(kyma_id, owner), table=TABLE
+    )
+    if kyma is not None:
+        KEEPER.hold(kyma_id, owner, inline=connection.in_atomic_block)
+    return kyma
 
 
 def lease_extend(kyma_id: int, *, owner: str | None = None) -> bool:

@@ -9,7 +9,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from fleet.models import Kyma, SyncResource
+from fleet import queue
+from fleet.models import Kyma, ReconcileState, SyncResource
 from fleet.models.bookkeeping import KYMA_WITH_ROWS, RECONCILE_ROWS, row_or_default
 from fleet.models.compiled import CompiledQuery
 from tests.factories import KymaFactory, SyncResourceFactory, beside
@@ -86,3 +87,43 @@ def test_given_no_keys_then_no_rows_and_no_query():
     with CaptureQueriesContext(connection) as captured:
         assert SYNCS.rows([]) == []
     assert len(captured) == 0
+
+
+def test_given_a_free_lease_then_it_is_taken_and_the_kyma_read_under_it_as_the_lease_left_it():
+    kyma = KymaFactory(modules=[{"name": "keda"}])
+    beside(kyma, watcher_last_seen_at=timezone.now(), error_streak=2)
+    with CaptureQueriesContext(connection) as captured:
+        read = queue.lease_acquire_read(kyma.pk, owner="me:1:1")
+        found = values(read)
+    try:
+        # one statement on PostgreSQL (the lease's write and the read), two elsewhere
+        assert len(captured) == (1 if connection.vendor == "postgresql" else 2)
+        assert found["reconcile_state"]["lease_owner"] == "me:1:1"
+        assert found["reconcile_state"]["error_streak"] == 2  # the rest of the row as it was
+        assert found["reconcile_state"]["lease_until"] == ReconcileState.objects.get(kyma=kyma).lease_until
+        assert found["modules"] == [{"name": "keda"}] and found["watcher_contact"]["last_seen_at"]
+        assert found == values(Kyma.objects.select_related(*RECONCILE_ROWS).get(pk=kyma.pk))
+    finally:
+        queue.lease_release(kyma.pk, owner="me:1:1")
+
+
+def test_given_a_lease_held_by_another_or_no_kyma_then_nothing_is_read_or_taken():
+    kyma = KymaFactory()
+    assert queue.lease_acquire(kyma.pk, owner="other:1:1")
+    try:
+        assert queue.lease_acquire_read(kyma.pk, owner="me:1:1") is None
+        assert ReconcileState.objects.get(kyma=kyma).lease_owner == "other:1:1"
+    finally:
+        queue.lease_release(kyma.pk, owner="other:1:1")
+    assert queue.lease_acquire_read(kyma.pk + 1000, owner="me:1:1") is None
+    assert not ReconcileState.objects.filter(kyma_id=kyma.pk + 1000).exists()
+
+
+def test_given_a_first_reconcile_then_its_lease_row_is_made_and_read_in_the_same_step():
+    kyma = KymaFactory()
+    read = queue.lease_acquire_read(kyma.pk, owner="me:1:1")
+    try:
+        assert read.reconcile_state.lease_owner == "me:1:1" and read.reconcile_state.error_streak == 0
+        assert read.reconcile_state.last_reconcile_at is None
+    finally:
+        queue.lease_release(kyma.pk, owner="me:1:1")
