@@ -874,6 +874,12 @@ RECONCILE_SWEEP_LIMIT: int = env.int("RECONCILE_SWEEP_LIMIT", default=5000)
 #: reading what its Kymas share once (the Watchers, the catalog, the CA bundle, their certificates,
 #: ModuleConfigs and SyncResources) and inserting their records at once (1: one task per Kyma).
 RECONCILE_BATCH_SIZE: int = env.int("RECONCILE_BATCH_SIZE", default=20)
+#: Seconds one Kyma of such a batch may take before the batch hands the Kymas still to come to a
+#: new task (a slow or unreachable runtime then delays the rest of its batch by this much, not by
+#: its whole reconcile). A no-op takes a few round trips; a first reconcile about 14.
+RECONCILE_BATCH_HANDOFF_AFTER: float = env.float("RECONCILE_BATCH_HANDOFF_AFTER", default=2.0)
+if RECONCILE_BATCH_HANDOFF_AFTER <= 0:
+    raise ImproperlyConfigured("RECONCILE_BATCH_HANDOFF_AFTER must be positive")
 #: Seconds per notification POST to a module manager.
 MODULE_NOTIFY_TIMEOUT: float = env.float("MODULE_NOTIFY_TIMEOUT", default=5)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import logging
+import os
 import threading
 import time
 
@@ -14,6 +15,7 @@ from django.utils import timezone
 
 from fleet import queue
 from fleet.models import Kyma, ReconcileRecord
+from kernel.errors import QueueUnavailable
 from reconciler.context import LeaseLost
 from reconciler.drift import count_corrections
 from reconciler.engine import Scope, kyma_reconcile
@@ -155,6 +157,93 @@ def _scope(start: queue.Started, reason: str) -> Scope:
     return Scope.PERIODIC if reason == queue.PERIODIC_REASON else Scope.TARGETED
 
 
+class _Batch:
+    """A batch's progress, as :class:`BatchWatch` sees it: which Kyma runs since when, and whether
+    the Kymas after it were handed to another task."""
+
+    def __init__(self, kyma_ids: list[int], reason: str, marked_at: str) -> None:
+        self.kyma_ids, self.reason, self.marked_at = kyma_ids, reason, marked_at
+        self.lock = threading.Lock()
+        self.index = -1
+        self.since: float | None = None  # when the current Kyma started (None: between two)
+        self.handed_over = False
+
+    def begin(self, index: int) -> bool:
+        """The batch starts its Kyma ``index``; False when the rest was handed over."""
+        with self.lock:
+            if self.handed_over:
+                return False
+            self.index, self.since = index, time.monotonic()
+            return True
+
+    def end(self) -> None:
+        with self.lock:
+            self.since = None
+
+    def hand_over_if_slow(self, now: float, after: float) -> None:
+        """When the current Kyma has run ``after`` seconds, the Kymas after it go to a new batch
+        task at once (under the lock: the batch starts none of them meanwhile)."""
+        with self.lock:
+            if self.handed_over or self.since is None or now - self.since < after:
+                return
+            rest = self.kyma_ids[self.index + 1 :]
+            if not rest:
+                return
+            try:
+                queue.batch_hand_over(rest, self.reason, self.marked_at)
+            except QueueUnavailable as exc:  # the batch runs them itself, later
+                log.warning("could not hand %d Kyma(s) of a slow batch to another task: %s", len(rest), exc)
+                self.since = None  # one try per Kyma
+                return
+            self.handed_over = True
+        log.info(
+            "Kyma %s of a batch has run %.1f s: its %d Kyma(s) still to come go to another task",
+            self.kyma_ids[self.index],
+            after,
+            len(rest),
+        )
+
+
+class BatchWatch:
+    """The process's running batches, looked at a few times a second by one thread: a Kyma that
+    runs longer than ``RECONCILE_BATCH_HANDOFF_AFTER`` (a slow or unreachable runtime) makes its
+    batch hand the Kymas still to come to a new task, so they wait that long, not for its whole
+    reconcile (up to its runtime's timeouts, for each call)."""
+
+    EVERY = 0.25
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._batches: set[_Batch] = set()
+        self._pid = 0
+
+    def add(self, batch: _Batch) -> None:
+        with self._lock:
+            self._batches.add(batch)
+            if self._pid != os.getpid():  # first batch of this process (or of a forked child)
+                self._pid = os.getpid()
+                threading.Thread(target=self._run, name="batch-watch", daemon=True).start()
+
+    def remove(self, batch: _Batch) -> None:
+        with self._lock:
+            self._batches.discard(batch)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self.EVERY)
+            with self._lock:
+                batches = list(self._batches)
+            after = settings.RECONCILE_BATCH_HANDOFF_AFTER
+            for batch in batches:
+                try:
+                    batch.hand_over_if_slow(time.monotonic(), after)
+                except Exception:  # the watch must outlive any one batch's trouble
+                    log.exception("watching a batch of reconciles failed")
+
+
+BATCH_WATCH = BatchWatch()
+
+
 def kyma_reconcile_batch_run(
     kyma_ids: list[int], *, min_spacing: float = 0.0, reason: str = "", marked_at: str = ""
 ) -> tuple[list[tuple[int, queue.RetryLater]], list[int]]:
@@ -165,24 +254,34 @@ def kyma_reconcile_batch_run(
     not started because the worker stops): the task publishes a task of their own for each.
     ``marked_at``: when beat's sweep marked them; a batch that runs long (first reconciles, slow
     runtimes) moves the marks of its Kymas still to come along, every half
-    ``RECONCILE_OVERDUE_AFTER``, so that the sweep does not queue copies of them."""
+    ``RECONCILE_OVERDUE_AFTER``, so that the sweep does not queue copies of them. A Kyma that
+    runs longer than ``RECONCILE_BATCH_HANDOFF_AFTER`` hands those to a new task
+    (:class:`BatchWatch`): one slow runtime does not hold up the rest of its batch."""
     shared = SharedReads(kyma_ids, timezone.now())
     refreshed = time.monotonic()
     records: list[ReconcileRecord] = []
     retries: list[tuple[int, queue.RetryLater]] = []
+    batch = _Batch(kyma_ids, reason, marked_at)
+    BATCH_WATCH.add(batch)
     try:
         for index, kyma_id in enumerate(kyma_ids):
             if queue.handing_back():
                 return retries, kyma_ids[index:]
             if marked_at and time.monotonic() - refreshed > settings.RECONCILE_OVERDUE_AFTER / 2:
                 marked_at, refreshed = queue.marks_refresh(kyma_ids[index:], marked_at), time.monotonic()
+                batch.marked_at = marked_at
+            if not batch.begin(index):
+                break  # the rest went to another task
             try:
                 kyma_reconcile_run(
                     kyma_id, min_spacing=min_spacing, reason=reason, shared=shared, records=records
                 )
             except queue.RetryLater as later:
                 retries.append((kyma_id, later))
+            finally:
+                batch.end()
     finally:
+        BATCH_WATCH.remove(batch)
         _records_insert(records)
     return retries, []
 

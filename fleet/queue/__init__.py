@@ -45,6 +45,9 @@ from .requests import (
     kyma_reconcile_request_one as request_one,
 )
 from .requests import (
+    reconcile_batch_hand_over as batch_hand_over,
+)
+from .requests import (
     reconcile_marks_refresh as marks_refresh,
 )
 from .requests import (
@@ -89,6 +92,7 @@ __all__ = [
     "StoredChange",
     "TooSoon",
     "WorkerStopping",
+    "batch_hand_over",
     "decode_all",
     "due_now",
     "flags",

@@ -293,6 +293,23 @@ def kyma_reconcile_request_one(
     return True, eta
 
 
+def reconcile_batch_hand_over(kyma_ids: Sequence[int], reason: str, marked_at: str) -> None:
+    """A batch hands the Kymas it has not started to a new batch task, at once (one of its Kymas
+    runs long: a slow runtime). Their marks stay (``marked_at``, as the batch holds them): the new
+    batch clears each as it starts it. Raises :class:`QueueUnavailable` when the broker refuses."""
+    try:
+        with current_app.producer_or_acquire() as producer:
+            current_app.send_task(
+                RECONCILE_BATCH_TASK,
+                args=[list(kyma_ids)],
+                kwargs={"reason": reason, "marked_at": marked_at},
+                producer=producer,
+                retry=True,
+            )
+    except (KombuOperationalError, OSError) as exc:
+        raise QueueUnavailable(f"the task queue is unavailable: {exc}") from exc
+
+
 def reconcile_marks_refresh(kyma_ids: Sequence[int], marked_at: str) -> str:
     """A batch that has been running a while: the marks of its Kymas still to come (set for
     ``marked_at``, as :func:`to_stamp` wrote it) move to now, so beat's sweep does not take them

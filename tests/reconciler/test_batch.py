@@ -108,3 +108,35 @@ def test_given_a_batch_running_long_then_its_kymas_still_to_come_are_not_taken_f
     assert queue.flags().overdue(timezone.now() - dt.timedelta(seconds=5), limit=10) == []
     assert float(moved) > past.timestamp() + 30
     assert all(queue.start(kyma_id).found for kyma_id in ids)  # every mark is still there
+
+
+def test_given_a_slow_runtime_in_a_batch_then_the_kymas_after_it_go_to_another_task_at_once(
+    runtimes, task_queue, settings
+):
+    """A runtime that answers slowly (each call held 1 s) does not hold up the rest of its batch:
+    once its reconcile has run ``RECONCILE_BATCH_HANDOFF_AFTER``, the Kymas still to come are
+    published as a batch of their own, their marks kept for it, and this batch starts none of them."""
+    settings.RECONCILE_BATCH_HANDOFF_AFTER = 0.3
+    runtimes_, ids = steady(runtimes, 3)
+    task_queue()  # what the set-up queued
+    periodic_marks(ids)
+    runtimes_[0].faults.latency = 1.0
+    since = ReconcileRecord.objects.order_by("-pk").values_list("pk", flat=True).first()
+    retries, rest = kyma_reconcile_batch_run(ids, reason=queue.PERIODIC_REASON, marked_at="1.5")
+    assert retries == [] and rest == []
+    assert list(ReconcileRecord.objects.filter(pk__gt=since).values_list("kyma_id", flat=True)) == ids[:1]
+    handed = [task for task in task_queue() if task.name == queue.RECONCILE_BATCH_TASK]
+    assert [(task.args, task.kwargs) for task in handed] == [
+        ([ids[1:]], {"reason": queue.PERIODIC_REASON, "marked_at": "1.5"})
+    ]
+    assert queue.queued(ids) == set(ids[1:])  # the new batch clears them as it starts each
+
+
+def test_given_a_batch_of_quick_runtimes_then_nothing_is_handed_over(runtimes, task_queue, settings):
+    settings.RECONCILE_BATCH_HANDOFF_AFTER = 5
+    _, ids = steady(runtimes, 3)
+    task_queue()
+    periodic_marks(ids)
+    kyma_reconcile_batch_run(ids, reason=queue.PERIODIC_REASON)
+    assert [task for task in task_queue() if task.name == queue.RECONCILE_BATCH_TASK] == []
+    assert queue.queued(ids) == set()
