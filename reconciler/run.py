@@ -10,7 +10,7 @@ import threading
 import time
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.utils import timezone
 
 from fleet import queue
@@ -157,9 +157,31 @@ def _scope(start: queue.Started, reason: str) -> Scope:
     return Scope.PERIODIC if reason == queue.PERIODIC_REASON else Scope.TARGETED
 
 
+class _Records(list):
+    """A batch's records still to insert: the batch appends, :class:`BatchWatch` may take them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+
+    def append(self, record: ReconcileRecord) -> None:
+        with self._lock:
+            super().append(record)
+
+    def take(self) -> list[ReconcileRecord]:
+        with self._lock:
+            taken = list(self)
+            self.clear()
+            return taken
+
+    def give_back(self, records: list[ReconcileRecord]) -> None:
+        with self._lock:
+            self[:0] = records
+
+
 class _Batch:
-    """A batch's progress, as :class:`BatchWatch` sees it: which Kyma runs since when, and whether
-    the Kymas after it were handed to another task."""
+    """A batch's progress, as :class:`BatchWatch` sees it: which Kyma runs since when, whether
+    the Kymas after it were handed to another task, and the records of those it ran."""
 
     def __init__(self, kyma_ids: list[int], reason: str, marked_at: str) -> None:
         self.kyma_ids, self.reason, self.marked_at = kyma_ids, reason, marked_at
@@ -167,6 +189,7 @@ class _Batch:
         self.index = -1
         self.since: float | None = None  # when the current Kyma started (None: between two)
         self.handed_over = False
+        self.records = _Records()
 
     def begin(self, index: int) -> bool:
         """The batch starts its Kyma ``index``; False when the rest was handed over."""
@@ -202,6 +225,20 @@ class _Batch:
             after,
             len(rest),
         )
+        self.insert_records()
+
+    def insert_records(self) -> None:
+        """The records of the Kymas the batch ran before the slow one, now, not when it ends
+        (from the watch's thread, on a connection it then closes: handing over is rare)."""
+        pending = self.records.take()
+        if not pending:
+            return
+        try:
+            _records_insert(pending)
+        except DatabaseError:  # the batch inserts them as it ends
+            self.records.give_back(pending)
+        finally:
+            connection.close()  # this thread writes only now and then
 
 
 class BatchWatch:
@@ -259,9 +296,9 @@ def kyma_reconcile_batch_run(
     (:class:`BatchWatch`): one slow runtime does not hold up the rest of its batch."""
     shared = SharedReads(kyma_ids, timezone.now())
     refreshed = time.monotonic()
-    records: list[ReconcileRecord] = []
     retries: list[tuple[int, queue.RetryLater]] = []
     batch = _Batch(kyma_ids, reason, marked_at)
+    records = batch.records
     BATCH_WATCH.add(batch)
     try:
         for index, kyma_id in enumerate(kyma_ids):
@@ -282,7 +319,7 @@ def kyma_reconcile_batch_run(
                 batch.end()
     finally:
         BATCH_WATCH.remove(batch)
-        _records_insert(records)
+        _records_insert(records.take())
     return retries, []
 
 

@@ -5,6 +5,8 @@ record), with the reads the batch's Kymas share made once."""
 from __future__ import annotations
 
 import datetime as dt
+import threading
+import time
 
 import pytest
 from django.db import connection
@@ -140,3 +142,37 @@ def test_given_a_batch_of_quick_runtimes_then_nothing_is_handed_over(runtimes, t
     kyma_reconcile_batch_run(ids, reason=queue.PERIODIC_REASON)
     assert [task for task in task_queue() if task.name == queue.RECONCILE_BATCH_TASK] == []
     assert queue.queued(ids) == set()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_given_a_slow_runtime_in_a_batch_then_the_records_of_those_before_it_are_not_held_back(
+    runtimes, task_queue, settings
+):
+    """The Kymas the batch ran before the slow one are recorded when it hands the rest over, not
+    when the slow reconcile ends (the watch writes them on a connection of its own)."""
+    settings.RECONCILE_BATCH_HANDOFF_AFTER = 0.3
+    runtimes_, ids = steady(runtimes, 3)
+    task_queue()
+    periodic_marks(ids)
+    runtimes_[1].faults.latency = 1.0
+    since = ReconcileRecord.objects.order_by("-pk").values_list("pk", flat=True).first()
+
+    def run() -> None:
+        try:
+            kyma_reconcile_batch_run(ids, reason=queue.PERIODIC_REASON)
+        finally:
+            connection.close()  # this thread's own
+
+    batch = threading.Thread(target=run)
+    batch.start()
+    try:
+        deadline = time.monotonic() + 2.5  # the slow reconcile alone takes 3 s or more
+        while time.monotonic() < deadline and not ReconcileRecord.objects.filter(pk__gt=since).exists():
+            time.sleep(0.05)
+        recorded = list(ReconcileRecord.objects.filter(pk__gt=since).values_list("kyma_id", flat=True))
+        assert batch.is_alive() and recorded == ids[:1]
+    finally:
+        runtimes_[1].faults.latency = 0
+        batch.join()
+    handed = [task.args for task in task_queue() if task.name == queue.RECONCILE_BATCH_TASK]
+    assert handed == [[ids[2:]]]
