@@ -302,13 +302,15 @@ def kyma_reconcile_batch_run(
     BATCH_WATCH.add(batch)
     try:
         for index, kyma_id in enumerate(kyma_ids):
+            if batch.handed_over:
+                break  # the rest went to another task (begin() checks again, under the lock)
             if queue.handing_back():
                 return retries, kyma_ids[index:]
             if marked_at and time.monotonic() - refreshed > settings.RECONCILE_OVERDUE_AFTER / 2:
                 marked_at, refreshed = queue.marks_refresh(kyma_ids[index:], marked_at), time.monotonic()
                 batch.marked_at = marked_at
             if not batch.begin(index):
-                break  # the rest went to another task
+                break
             try:
                 kyma_reconcile_run(
                     kyma_id, min_spacing=min_spacing, reason=reason, shared=shared, records=records
