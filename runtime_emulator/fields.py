@@ -25,6 +25,7 @@ What holds, as on a real server:
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -82,9 +83,19 @@ class Entry:
 
 
 def encode(paths: Iterable[Path]) -> dict[str, Any]:
-    """Paths → ``FieldsV1`` (``{'f:spec': {'f:replicas': {}}}``; ``"."`` for an owned parent)."""
+    """Paths → ``FieldsV1`` (``{'f:spec': {'f:replicas': {}}}``; ``"."`` for an owned parent).
+
+    The same paths give the same encoding, shared: it goes into stored objects, which are never
+    changed (a write clones what it changes), so nobody may change it. A fleet's runtimes hold
+    objects of the same shapes (every runtime's watcher Deployment has the same fields), and
+    encoding them anew took a seventh of the emulator's CPU of a first reconcile (py-spy over
+    a fleet's first reconciles, as ``bench/fleet.py`` runs them)."""
+    return _encoded(frozenset(paths))
+
+
+@functools.lru_cache(maxsize=4096)
+def _encoded(owned: frozenset[Path]) -> dict[str, Any]:
     root: dict[str, Any] = {}
-    owned = set(paths)
     for path in sorted(owned):
         node = root
         for part in path:
@@ -93,7 +104,7 @@ def encode(paths: Iterable[Path]) -> dict[str, Any]:
     return root
 
 
-def _dot(node: dict[str, Any], path: Path, owned: set[Path]) -> None:
+def _dot(node: dict[str, Any], path: Path, owned: frozenset[Path]) -> None:
     for part, child in list(node.items()):
         below = (*path, part)
         if child:
