@@ -419,7 +419,10 @@ class ApplyTarget:
 def apply(
     live: Mapping[str, Any] | None, config: Mapping[str, Any], target: ApplyTarget, *, force: bool, now: str
 ) -> dict[str, Any]:
-    """Server-side apply of ``config`` onto ``live`` (``None`` when the object is being created)."""
+    """Server-side apply of ``config`` onto ``live`` (``None`` when the object is being created).
+
+    ``config`` is the apply's own (the engine parses or clones a request's body for each try):
+    its parts go into the result as they are, not copied again."""
     root = target.schema or ANY
     entries = parse_entries(live)
     key = (target.manager, "Apply", target.subresource)
@@ -428,11 +431,12 @@ def apply(
     applied = scoped(config, target.subresource, target.separate_status)
     wanted = owned_by_apply(flatten(applied, root))
 
-    result: dict[str, Any] = clone(live) if live is not None else {}
+    # (live's managedFields are not copied: the entries parsed above replace them at the end)
+    result: dict[str, Any] = _clone_without_managed_fields(live) if live is not None else {}
     # With no other manager in this scope there is nothing to conflict with (the usual case).
     before = flatten(scoped(result, target.subresource, target.separate_status), root) if others else {}
     for name, value in applied.items():
-        merged = merge(result.get(name), clone(value), root.child(name) or ANY)
+        merged = merge(result.get(name), value, root.child(name) or ANY)
         if merged is None:
             result.pop(name, None)
         else:
@@ -463,6 +467,13 @@ def apply(
         _forget_missing(entries, after, target)
     _store_entries(result, entries)
     return result
+
+
+def _clone_without_managed_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping) or "managedFields" not in meta:
+        return clone(obj)
+    return clone({**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}})
 
 
 def record_update(
