@@ -270,9 +270,16 @@ class Admission:
         if any(rule.matches(request, request.rtype) for rule in hook.rules):
             return request.rtype
         if hook.match_policy == "Equivalent" and self._catalog is not None:
-            for other in sorted(self._catalog, key=lambda r: catalog.version_priority(r.version)):
-                equivalent = other.storage == request.rtype.storage and other is not request.rtype
-                if equivalent and any(rule.matches(request, other) for rule in hook.rules):
+            # (the other versions of the resource only, then in order: sorting every served type
+            # for each write and webhook was 3 % of the emulator's CPU of a first reconcile)
+            rtype = request.rtype
+            equivalent = [
+                other
+                for other in self._catalog
+                if other.plural == rtype.plural and other is not rtype and other.storage == rtype.storage
+            ]
+            for other in sorted(equivalent, key=lambda r: catalog.version_priority(r.version)):
+                if any(rule.matches(request, other) for rule in hook.rules):
                     return other
         return None
 

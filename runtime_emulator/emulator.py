@@ -15,6 +15,7 @@ object semantics live in :class:`~runtime_emulator.engine.Engine`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import json
 import logging
@@ -186,7 +187,8 @@ class RuntimeEmulator(UserActions, KubernetesEmulator):
             if route.name:
                 return _json(self.engine.get(rtype, route.namespace, route.name))
             return _json(self._list(rtype, route.namespace, query))
-        body = patches.parse_body(await raw.read(), content_type)
+        sent = await raw.read()
+        body = patches.parse_body(sent, content_type)
         verb = routes.verb(method, route, query, content_type)
         if (verb not in rtype.verbs and verb != "apply") or (rtype.namespaced and route.namespace is None):
             raise errors.method_not_allowed(method)
@@ -195,6 +197,7 @@ class RuntimeEmulator(UserActions, KubernetesEmulator):
         if (verb == "create") == bool(route.name) or verb not in OPERATIONS:
             raise errors.method_not_allowed(method)
         write = Write(verb, rtype, route.namespace, route.name, route.subresource, body, user=ADMIN)
+        write.fresh_body = functools.partial(patches.parse_body, sent, content_type)
         self._apply_query(write, query, content_type, raw.headers.get("User-Agent", ""))
         outcome = await self.engine.write(write)
         return _json(outcome.body, outcome.status)

@@ -69,6 +69,10 @@ class Write:
     # Writes made by the emulator's own controllers do not trigger them again.
     from_controller: bool = False
     options: dict[str, Any] = field(default_factory=dict)
+    # The body as sent, made again (the HTTP layer parses the request's bytes again): with it, the
+    # first try builds from ``body`` itself, which it changes, and a retry from a fresh one;
+    # without it, every try builds from a copy of ``body``.
+    fresh_body: Callable[[], Any] | None = None
 
 
 class Outcome(NamedTuple):
@@ -194,10 +198,10 @@ class Engine:
     async def write(self, w: Write) -> Outcome:
         """Apply one write: build, admit, commit (recomputing if the object moved meanwhile)."""
         storage = w.rtype.storage
-        for _ in range(MAX_ATTEMPTS):
+        for attempt in range(MAX_ATTEMPTS):
             old = self.store.get(storage, w.namespace, w.name) if w.name else None
             # Building mutates the body, and a retry must start from the request as sent.
-            operation, new = self._plan(w, old, patches.clone(w.body))
+            operation, new = self._plan(w, old, self._body(w, attempt))
             if operation == "DELETE" and old is not None and old["metadata"].get("deletionTimestamp"):
                 return Outcome(200, self.render(w.rtype, old), old, False, False)
             name = (new or old or {}).get("metadata", {}).get("name", w.name)
@@ -221,6 +225,14 @@ class Engine:
                 await self._after(w, old, outcome)
             return outcome
         raise errors.conflict(w.rtype.plural, w.rtype.group, w.name, "the object keeps changing; try again")
+
+    @staticmethod
+    def _body(w: Write, attempt: int) -> Any:
+        """The body a try builds from (see ``Write.fresh_body``). A request's own body is not
+        copied for its first try: the copy was 4 % of the emulator's CPU of a first reconcile."""
+        if w.fresh_body is None:
+            return patches.clone(w.body)
+        return w.body if attempt == 0 else w.fresh_body()
 
     def _options(self, w: Write, operation: str) -> dict[str, Any]:
         if w.verb == "delete":

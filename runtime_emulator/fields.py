@@ -25,6 +25,7 @@ What holds, as on a real server:
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -82,9 +83,19 @@ class Entry:
 
 
 def encode(paths: Iterable[Path]) -> dict[str, Any]:
-    """Paths → ``FieldsV1`` (``{'f:spec': {'f:replicas': {}}}``; ``"."`` for an owned parent)."""
+    """Paths → ``FieldsV1`` (``{'f:spec': {'f:replicas': {}}}``; ``"."`` for an owned parent).
+
+    The same paths give the same encoding, shared: it goes into stored objects, which are never
+    changed (a write clones what it changes), so nobody may change it. A fleet's runtimes hold
+    objects of the same shapes (every runtime's watcher Deployment has the same fields), and
+    encoding them anew took a seventh of the emulator's CPU of a first reconcile (py-spy over
+    a fleet's first reconciles, as ``bench/fleet.py`` runs them)."""
+    return _encoded(frozenset(paths))
+
+
+@functools.lru_cache(maxsize=4096)
+def _encoded(owned: frozenset[Path]) -> dict[str, Any]:
     root: dict[str, Any] = {}
-    owned = set(paths)
     for path in sorted(owned):
         node = root
         for part in path:
@@ -93,7 +104,7 @@ def encode(paths: Iterable[Path]) -> dict[str, Any]:
     return root
 
 
-def _dot(node: dict[str, Any], path: Path, owned: set[Path]) -> None:
+def _dot(node: dict[str, Any], path: Path, owned: frozenset[Path]) -> None:
     for part, child in list(node.items()):
         below = (*path, part)
         if child:
@@ -408,7 +419,10 @@ class ApplyTarget:
 def apply(
     live: Mapping[str, Any] | None, config: Mapping[str, Any], target: ApplyTarget, *, force: bool, now: str
 ) -> dict[str, Any]:
-    """Server-side apply of ``config`` onto ``live`` (``None`` when the object is being created)."""
+    """Server-side apply of ``config`` onto ``live`` (``None`` when the object is being created).
+
+    ``config`` is the apply's own (the engine parses or clones a request's body for each try):
+    its parts go into the result as they are, not copied again."""
     root = target.schema or ANY
     entries = parse_entries(live)
     key = (target.manager, "Apply", target.subresource)
@@ -417,11 +431,12 @@ def apply(
     applied = scoped(config, target.subresource, target.separate_status)
     wanted = owned_by_apply(flatten(applied, root))
 
-    result: dict[str, Any] = clone(live) if live is not None else {}
+    # (live's managedFields are not copied: the entries parsed above replace them at the end)
+    result: dict[str, Any] = _clone_without_managed_fields(live) if live is not None else {}
     # With no other manager in this scope there is nothing to conflict with (the usual case).
     before = flatten(scoped(result, target.subresource, target.separate_status), root) if others else {}
     for name, value in applied.items():
-        merged = merge(result.get(name), clone(value), root.child(name) or ANY)
+        merged = merge(result.get(name), value, root.child(name) or ANY)
         if merged is None:
             result.pop(name, None)
         else:
@@ -452,6 +467,13 @@ def apply(
         _forget_missing(entries, after, target)
     _store_entries(result, entries)
     return result
+
+
+def _clone_without_managed_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping) or "managedFields" not in meta:
+        return clone(obj)
+    return clone({**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}})
 
 
 def record_update(

@@ -181,6 +181,24 @@ class RateLimit:
             return 0.0 if self._tokens >= 0 else -self._tokens / qps
 
 
+class JSONApiClient(k8s.ApiClient):
+    """The ``kubernetes`` client's ``ApiClient`` for request bodies that are JSON data already.
+
+    Before it sends a body the client walks all of it (``sanitize_for_serialization``), to turn
+    its own model objects and dates into JSON data. This module sends dicts and lists of JSON
+    data only (documents rendered here, or read from JSON columns, or from YAML whose timestamps
+    stay strings: ``kernel.documents.yamlio``), and that walk was 3 % of a worker's CPU of a
+    first reconcile (py-spy --gil over first reconciles as ``bench/fleet.py`` runs them, which
+    write a Deployment, webhooks and CRDs). So dicts and lists go as they are; anything else
+    is walked as before. A body that is not JSON data after all fails as it would have failed
+    to encode anyway, with a clear error (:meth:`RuntimeClient._exchange`)."""
+
+    def sanitize_for_serialization(self, obj: Any) -> Any:
+        if isinstance(obj, dict | list):
+            return obj
+        return super().sanitize_for_serialization(obj)
+
+
 class RuntimeClient:
     """Calls to one runtime, with its own connection pool (kept alive between reconciles),
     discovery cache, rate limit (:class:`RateLimit`) and call counts."""
@@ -205,7 +223,7 @@ class RuntimeClient:
             # expire (an exec plugin's, an auth provider's); a static token or client certificate
             # never changes, and the hook cost 1.5 % of a no-op reconcile's CPU (bench/fleet.py).
             configuration.refresh_api_key_hook = None
-        return cls(k8s.ApiClient(configuration))
+        return cls(JSONApiClient(configuration))
 
     def close(self) -> None:
         self.api.close()
@@ -281,6 +299,10 @@ class RuntimeClient:
             )
         except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
             raise _translate(exc, what) from exc
+        except TypeError as exc:
+            if _is_json(body):
+                raise
+            raise Permanent(f"{what}: the body is not JSON data: {exc}") from exc  # (JSONApiClient)
         data = response.data
         return response.status, json.loads(data) if data else {}
 
@@ -491,6 +513,14 @@ class RuntimeClient:
             return False
         doc = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
         return self.apply_created(doc)[1]
+
+
+def _is_json(value: Any) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def _idle_in(pool: Any) -> int:

@@ -22,7 +22,7 @@ from kubernetes.config.incluster_config import (
     InClusterConfigLoader,
 )
 
-from .client import Permanent, RuntimeClient
+from .client import JSONApiClient, Permanent, RuntimeClient
 
 _lock = threading.Lock()
 _client: RuntimeClient | None = None
@@ -48,7 +48,7 @@ def in_cluster_client() -> RuntimeClient:
             except ConfigException as exc:
                 raise NotInCluster(f"no in-cluster identity: {exc}") from exc
             configuration.retries = urllib3.Retry(total=0, connect=1, read=0, redirect=0)
-            _client = RuntimeClient(k8s.ApiClient(configuration))
+            _client = RuntimeClient(JSONApiClient(configuration))
         return _client
 
 

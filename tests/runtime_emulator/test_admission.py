@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from typing import Any
 
@@ -291,3 +292,37 @@ def test_given_webhooks_on_everything_then_webhook_configurations_themselves_are
     client.AdmissionregistrationV1Api(api).delete_validating_webhook_configuration("second")
 
     assert webhook.reviews == []
+
+
+def test_given_a_change_stored_while_an_update_was_in_admission_then_the_update_is_made_again_as_sent(
+    api: client.ApiClient,
+    custom: client.CustomObjectsApi,
+    webhook: WebhookServer,
+    ca: KeyPair,
+    kyma_runtime: RuntimeEmulator,
+):
+    custom.create_namespaced_custom_object(*KYMAS, kyma("k"))
+    webhook.delay = 0.3
+    _register(api, webhook_configuration("validate", ca.certificate_pem, kyma_rules("UPDATE")))
+    labelled = {"metadata": {"labels": {"a": "1"}}}
+    patch = threading.Thread(
+        target=custom.patch_namespaced_custom_object,
+        args=(*KYMAS, "k", labelled),
+        kwargs={"_content_type": "application/merge-patch+json"},
+    )
+
+    patch.start()
+    while not webhook.reviews:  # the patch is in admission
+        time.sleep(0.01)
+    # An update without a resourceVersion (last write wins), planned on the object the patch is
+    # changing: once the patch is stored, it is planned again from the body as sent.
+    replaced = custom.replace_namespaced_custom_object(*KYMAS, "k", kyma("k", channel="fast"))
+    patch.join()
+
+    objects = [review["request"]["object"] for review in webhook.reviews]
+    assert [o["metadata"].get("labels") for o in objects] == [{"a": "1"}, None, None]
+    assert [o["spec"]["channel"] for o in objects] == ["regular", "fast", "fast"]
+    assert objects[2]["metadata"]["resourceVersion"] != objects[1]["metadata"]["resourceVersion"]
+    stored = kyma_runtime.get_object("kymas", "k", "kyma-system")
+    assert stored["spec"] == {"channel": "fast"} and "labels" not in stored["metadata"]
+    assert replaced["metadata"]["resourceVersion"] == stored["metadata"]["resourceVersion"]
