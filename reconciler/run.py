@@ -235,8 +235,12 @@ class _Batch:
             return
         try:
             _records_insert(pending)
-        except DatabaseError:  # the batch inserts them as it ends
+        except Exception as exc:  # the batch inserts them as it ends
             self.records.give_back(pending)
+            if not isinstance(exc, DatabaseError):
+                log.warning(
+                    "records of a batch not inserted early (%s); the batch inserts them as it ends", exc
+                )
         finally:
             connection.close()  # this thread writes only now and then
 
