@@ -15,8 +15,10 @@ from django.utils import timezone
 
 from fleet import queue
 from fleet.models import ModuleConfig, ReconcileRecord
+from fleet.queue import lease
 from fleet.queue.marks import DatabaseFlags
 from fleet.queue.marks.base import to_stamp
+from fleet.queue.requests import broker_queue_length
 from fleet.services import modules as module_services
 from pki import services as pki
 from reconciler.run import kyma_reconcile_batch_run, kyma_reconcile_run
@@ -174,5 +176,35 @@ def test_given_a_slow_runtime_in_a_batch_then_the_records_of_those_before_it_are
     finally:
         runtimes_[1].faults.latency = 0
         batch.join()
+    handed = [task.args for task in task_queue() if task.name == queue.RECONCILE_BATCH_TASK]
+    assert handed == [[ids[2:]]]
+
+
+def test_given_a_worker_stopping_after_its_batch_handed_over_then_the_rest_gets_no_second_task(
+    runtimes, task_queue, settings
+):
+    """The Kymas handed to another task are that task's: the stopping batch returns none of them
+    as not started (each would get a task of its own beside the handed-over batch)."""
+    settings.RECONCILE_BATCH_HANDOFF_AFTER = 0.3
+    runtimes_, ids = steady(runtimes, 3)
+    task_queue()
+    periodic_marks(ids)
+    runtimes_[1].faults.latency = 1.0
+
+    def stop_once_handed_over() -> None:
+        deadline = time.monotonic() + 10
+        while broker_queue_length() == 0 and time.monotonic() < deadline:  # the hand-over's task
+            time.sleep(0.02)
+        lease._handing_back.set()  # the worker is told to stop (SIGTERM)
+
+    stopper = threading.Thread(target=stop_once_handed_over)
+    stopper.start()
+    try:
+        retries, rest = kyma_reconcile_batch_run(ids, reason=queue.PERIODIC_REASON)
+    finally:
+        stopper.join()
+        lease._handing_back.clear()
+        runtimes_[1].faults.latency = 0
+    assert rest == [] and [kyma_id for kyma_id, _ in retries] == ids[1:2]  # the slow one, handed back
     handed = [task.args for task in task_queue() if task.name == queue.RECONCILE_BATCH_TASK]
     assert handed == [[ids[2:]]]
