@@ -121,7 +121,7 @@ def _publish(
             )
 
 
-def _publish_batches(kyma_ids: Sequence[int], countdown: float, reason: str, eta: dt.datetime) -> None:
+def _publish_batches(kyma_ids: Sequence[int], countdown: float, reason: str, marked_at: str) -> None:
     """Beat's periodic reconciles, ``RECONCILE_BATCH_SIZE`` Kymas to a task (each Kyma marked as
     for a task of its own: the batch clears each mark as it starts that Kyma, and keeps the marks
     of those still to come from counting as lost: ``marked_at``, :func:`reconcile_marks_refresh`)."""
@@ -132,7 +132,7 @@ def _publish_batches(kyma_ids: Sequence[int], countdown: float, reason: str, eta
             current_app.send_task(
                 RECONCILE_BATCH_TASK,
                 args=[list(kyma_ids[start : start + size])],
-                kwargs={"reason": reason, "marked_at": to_stamp(eta)},
+                kwargs={"reason": reason, "marked_at": marked_at},
                 producer=producer,
                 retry=True,
                 **options,
@@ -204,7 +204,7 @@ def _request(
         # The unmarked ones first: if they fail, no claimed task went out yet to undo.
         _publish(extra, countdown, reason, urgent=True, marked=False, busy=busy)
         if reason == PERIODIC_REASON and not urgent and settings.RECONCILE_BATCH_SIZE > 1:
-            _publish_batches(claimed, countdown, reason, eta)
+            _publish_batches(claimed, countdown, reason, to_stamp(eta))
         else:
             _publish(claimed, countdown, reason, urgent=urgent, busy=busy)
     except (KombuOperationalError, OSError) as exc:
@@ -298,14 +298,7 @@ def reconcile_batch_hand_over(kyma_ids: Sequence[int], reason: str, marked_at: s
     runs long: a slow runtime). Their marks stay (``marked_at``, as the batch holds them): the new
     batch clears each as it starts it. Raises :class:`QueueUnavailable` when the broker refuses."""
     try:
-        with current_app.producer_or_acquire() as producer:
-            current_app.send_task(
-                RECONCILE_BATCH_TASK,
-                args=[list(kyma_ids)],
-                kwargs={"reason": reason, "marked_at": marked_at},
-                producer=producer,
-                retry=True,
-            )
+        _publish_batches(kyma_ids, 0.0, reason, marked_at)
     except (KombuOperationalError, OSError) as exc:
         raise QueueUnavailable(f"the task queue is unavailable: {exc}") from exc
 
