@@ -122,11 +122,19 @@ class CompiledGet(_Compiled[M]):
         """The row of ``key`` (``None`` when there is none), from ``using`` (default: the
         router's database for reading the model)."""
         using = self._using(using)
-        plan = self._plan(using, lambda queryset: queryset.filter(pk=_MARKER).order_by())
+        plan = self._by_key(using)
+        return self._one(plan, using, plan.sql, (), key)
+
+    def _by_key(self, using: str) -> _Plan:
+        return self._plan(using, lambda queryset: queryset.filter(pk=_MARKER).order_by())
+
+    def _one(self, plan: _Plan, using: str, sql: str, before: Sequence[Any], key: Any) -> M | None:
+        """Run ``sql`` (the plan's, maybe with more before it: ``before``, its parameters) for
+        ``key``; the instance of the row it finds."""
         params = list(plan.params)
         params[plan.key_at] = key
         with connections[using].cursor() as cursor:
-            cursor.execute(plan.sql, params)
+            cursor.execute(sql, [*before, *params])
             found = cursor.fetchone()
         return None if found is None else plan.instances([found], using)[0]  # type: ignore[return-value]
 
@@ -142,18 +150,13 @@ class CompiledGet(_Compiled[M]):
         connection = connections[using]
         if connection.vendor != "postgresql":
             raise ValueError("a write and a read in one statement needs PostgreSQL")
-        plan = self._plan(using, lambda queryset: queryset.filter(pk=_MARKER).order_by())
+        plan = self._by_key(using)
         name = connection.ops.quote_name(table)
         join = f"LEFT OUTER JOIN {name} ON"
         if plan.sql.count(join) != 1:
             raise ValueError(f"{table} is not joined once in {plan.sql!r}")
         sql = f"WITH written AS ({statement}) " + plan.sql.replace(join, f"INNER JOIN written AS {name} ON")
-        query = list(plan.params)
-        query[plan.key_at] = key
-        with connection.cursor() as cursor:
-            cursor.execute(sql, [*params, *query])
-            found = cursor.fetchone()
-        return None if found is None else plan.instances([found], using)[0]  # type: ignore[return-value]
+        return self._one(plan, using, sql, params, key)
 
 
 class CompiledQuery(_Compiled[M]):
