@@ -310,9 +310,9 @@ def kyma_reconcile_batch_run(
                 break  # the rest went to another task (begin() checks again, under the lock)
             if queue.handing_back():
                 return retries, kyma_ids[index:]
-            if marked_at and time.monotonic() - refreshed > settings.RECONCILE_OVERDUE_AFTER / 2:
-                marked_at, refreshed = queue.marks_refresh(kyma_ids[index:], marked_at), time.monotonic()
-                batch.marked_at = marked_at
+            if batch.marked_at and time.monotonic() - refreshed > settings.RECONCILE_OVERDUE_AFTER / 2:
+                batch.marked_at = queue.marks_refresh(kyma_ids[index:], batch.marked_at)
+                refreshed = time.monotonic()
             if not batch.begin(index):
                 break
             try:
