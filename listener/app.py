@@ -34,6 +34,7 @@ from kernel.errors import ApplicationError, error_body
 from kernel.outage import Outage
 
 from . import metrics, services
+from .conf import HOT
 from .events import MAX_BODY, EventInvalid, parse_body, parse_event_cached
 from .identity import ClientIdentity, IdentityError, client_identity
 
@@ -196,7 +197,7 @@ def _give_back_connection() -> None:
     """With a pool (``DATABASE_POOL_MAX_SIZE``) the thread's connection goes back after each
     request, so the process's threads share the pool's few connections (no reconnect: the pool
     keeps them open)."""
-    if settings.DATABASE_POOLED:
+    if HOT.DATABASE_POOLED:
         connection.close()
 
 
