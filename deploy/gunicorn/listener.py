@@ -64,6 +64,9 @@ else:
 
 def post_worker_init(worker: object) -> None:
     _serve_tls()
+    from listener.cache import REFRESHER
+
+    REFRESHER.start()  # the look-ups of runtimes in use stay fresh: their events query nothing
     from listener.readiness import worker_serving
 
     worker_serving(worker.pid)  # /readyz: this worker takes connections now
