@@ -19,6 +19,7 @@ under one lock for writes; reads of a fresh entry take no lock.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -27,7 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
 from django.conf import settings
-from django.db import close_old_connections, connection
+from django.db import DatabaseError, close_old_connections, connection
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +149,8 @@ class Refresher:
         threading.Thread(target=self._run, name="listener-cache-refresh", daemon=True).start()
 
     def round(self, every: float) -> None:
-        """Refresh what is due in each cache before the next round, ``every`` seconds from now."""
+        """Refresh what is due in each cache before the next round, ``every`` seconds from now
+        (a round late by up to half of that still finds every entry in use before it expires)."""
         for cache in self._caches:
             try:
                 cache.refresh_due(within=every * 1.5)
@@ -159,10 +161,12 @@ class Refresher:
         while True:
             every = settings.LISTENER_CACHE_SECONDS / 2
             time.sleep(every)
-            close_old_connections()
+            with contextlib.suppress(DatabaseError):
+                close_old_connections()  # as around a request: a broken or old connection goes
             self.round(every)
             if settings.DATABASE_POOLED:
-                connection.close()  # back to the pool
+                with contextlib.suppress(DatabaseError):
+                    connection.close()  # back to the pool
 
 
 REFRESHER = Refresher()

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from django.db import DatabaseError
 
+from fleet.models import Kyma
 from listener import services
-from listener.cache import KEPT_FOR, TTLCache
+from listener.cache import KEPT_FOR, Refresher, TTLCache
 from tests.factories import KymaFactory
 
 pytestmark = pytest.mark.django_db
@@ -41,7 +43,7 @@ def test_given_an_entry_in_use_when_refreshed_ahead_then_a_later_event_reads_no_
     kyma = KymaFactory(runtime_id="rt-quiet", skr_domain="old.example.com")
     cache = by_runtime(clock)
     assert cache.get("rt-quiet").skr_domain == "old.example.com"
-    type(kyma).objects.filter(pk=kyma.pk).update(skr_domain="new.example.com")
+    Kyma.objects.filter(pk=kyma.pk).update(skr_domain="new.example.com")
 
     clock.now += 1.5  # the refresher's round, before the entry expires
     assert cache.refresh_due(within=1.0) == 1
@@ -105,3 +107,23 @@ def test_given_kymas_with_crossed_names_then_the_bulk_read_by_name_returns_only_
     KymaFactory(namespace="ns-b", name="a")
     found = services._kymas_by_name([("ns-a", "a"), ("ns-a", "b")])
     assert list(found) == [("ns-a", "b")]
+
+
+def test_given_one_cache_failing_when_a_round_runs_then_the_others_are_refreshed_all_the_same(clock):
+    KymaFactory(runtime_id="rt-b", skr_domain="old.example.com")
+
+    def unavailable(keys):
+        raise DatabaseError("the database is away")
+
+    failing = TTLCache(lambda key: None, unavailable, clock=clock)
+    working = by_runtime(clock)
+    refresher = Refresher()
+    refresher.add(failing)
+    refresher.add(working)
+    failing.get("anything")
+    working.get("rt-b")
+    Kyma.objects.filter(runtime_id="rt-b").update(skr_domain="new.example.com")
+    clock.now += 1.5
+    refresher.round(every=1.0)
+    clock.now += 1.5
+    assert working.get("rt-b").skr_domain == "new.example.com"
