@@ -689,7 +689,8 @@ LISTENER_EVENTS_KEPT: int = env.int("LISTENER_EVENTS_KEPT", default=100)
 LISTENER_RETRY_AFTER: int = env.int("LISTENER_RETRY_AFTER", default=2)
 if LISTENER_RETRY_AFTER < 0:
     raise ImproperlyConfigured("LISTENER_RETRY_AFTER must be 0 or more seconds")
-#: How long a listener process caches Kyma and Watcher lookups.
+#: How long a listener process caches Kyma and Watcher lookups (the answer it uses is never older;
+#: the entries of runtimes in use are read again ahead of their expiry, every half of it).
 LISTENER_CACHE_SECONDS: float = env.float("LISTENER_CACHE_SECONDS", default=2.0)
 #: Seconds between checks for a new listener certificate or CA bundle.
 LISTENER_TLS_REFRESH: float = env.float("LISTENER_TLS_REFRESH", default=30.0)
