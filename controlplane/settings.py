@@ -446,6 +446,10 @@ else:
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_BACKEND = None
+# The (disabled) result backend is one object for all of a process's threads: each publish's result
+# object asks for it, and a thread that had none looked it up by name, scanning the installed
+# packages' entry points (20 ms, paid by a listener thread's first event; fleet/queue/warm.py).
+CELERY_RESULT_BACKEND_THREAD_SAFE = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
