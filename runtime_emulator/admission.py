@@ -90,14 +90,6 @@ class WebhookCall:
         return self.review["request"]
 
 
-# How long an idle connection to a webhook stays open: a real API server's webhook client is
-# client-go's transport, whose idle connections close after Go's default 90 s
-# (http.DefaultTransport's IdleConnTimeout, which utilnet.SetTransportDefaults keeps). aiohttp's
-# own default (15 s) would open a new TLS connection for a change that a real server sends on
-# the connection it holds (bench/e2e_latency.py: each runtime's first measured change paid ~3 ms).
-WEBHOOK_IDLE_TIMEOUT = 90.0
-
-
 class WebhookTransport:
     """One pooled HTTP session and one SSL context per CA bundle, shared by a host's emulators."""
 
@@ -108,9 +100,7 @@ class WebhookTransport:
     def session(self) -> aiohttp.ClientSession:
         """The shared session, created on first use (it must be created on the host's loop)."""
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(
-                limit=512, limit_per_host=32, keepalive_timeout=WEBHOOK_IDLE_TIMEOUT
-            )
+            connector = aiohttp.TCPConnector(limit=512, limit_per_host=32)
             self._session = aiohttp.ClientSession(connector=connector)
         return self._session
 
