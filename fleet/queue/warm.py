@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 
 from celery import current_app
-from kombu.exceptions import OperationalError as KombuOperationalError
 
 from .requests import RECONCILE_TASK
 
@@ -22,7 +21,8 @@ log = logging.getLogger(__name__)
 def publisher_warm() -> None:
     """Everything of publishing a reconcile task but sending it: the app's tasks and router, the
     task message, a producer connected to the broker with the task's queue declared. A broker
-    that is away now is no error (logged): the first publish connects then, as before."""
+    that is away now is no error (logged, after one retry): the first publish connects then, as
+    before."""
     app = current_app._get_current_object()
     app.tasks  # noqa: B018 - finalizes the app (binds its tasks), as the first send_task would
     app.backend  # noqa: B018 - send_task's result object asks for it: looked up by name once
@@ -35,5 +35,5 @@ def publisher_warm() -> None:
             producer.connection.ensure_connection(max_retries=1)
             if route.get("queue") is not None:
                 producer.maybe_declare(route["queue"], retry=False)
-    except (KombuOperationalError, OSError) as exc:
+    except Exception as exc:  # a warm-up never keeps a worker from serving (its events answer 503)
         log.warning("could not connect to the broker before serving (%s): the first publish will", exc)

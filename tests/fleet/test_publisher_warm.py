@@ -8,7 +8,7 @@ import sys
 import pytest
 from django.conf import settings
 
-from tests.support.processes import ROOT, process_env
+from tests.support.processes import ROOT, free_port, process_env
 
 # Run in a fresh interpreter: the test process's Celery app has published long before.
 PROBE = """
@@ -29,11 +29,11 @@ print("backend-shared" if app._backend_cache is not None else "backend-not-share
 """
 
 
-def probe(*, warm: bool) -> str:
+def probe(*, warm: bool, broker: str = "") -> str:
     done = subprocess.run(
         [sys.executable, "-c", PROBE.format(warm=warm)],
         cwd=ROOT,
-        env=process_env(CELERY_BROKER_URL=settings.CELERY_BROKER_URL),
+        env=process_env(CELERY_BROKER_URL=broker or settings.CELERY_BROKER_URL),
         capture_output=True,
         text=True,
         timeout=60,
@@ -55,3 +55,9 @@ def test_given_a_fresh_process_not_warmed_then_its_first_publish_would_make_it_a
         "sender-not-built",
         "backend-not-shared",
     ]
+
+
+@pytest.mark.django_db
+def test_given_no_broker_when_warmed_then_the_worker_goes_on_to_serve():
+    broker = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    assert probe(warm=True, broker=broker).split()[0] == "not-connected"
