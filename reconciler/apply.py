@@ -215,12 +215,17 @@ def apply_all(
     return results
 
 
-def apply_ahead(ctx: ReconcileContext, step: str, docs: Iterable[dict[str, Any]]) -> None:
+def apply_ahead(
+    ctx: ReconcileContext, step: str, docs: Iterable[dict[str, Any]], *, after: Iterable[dict[str, Any]] = ()
+) -> None:
     """Let ``docs`` of a later ``step`` ride along with an earlier wave (``ctx.ahead``): only objects
     that depend on nothing the steps before make (a CRD) and were never seen in this runtime
-    (nothing to compare: applied as they are). Their step then finds them verified."""
+    (nothing to compare: applied as they are), each with a wave after the one that applied the
+    objects ``after`` (say, their CRDs). Their step then finds them applied; what no wave took,
+    or the runtime refused, the step applies itself."""
+    first = frozenset(key_of(doc) for doc in after)
     ctx.ahead.docs.extend(
-        (step, doc) for doc in docs if never_seen(ctx, doc) and key_of(doc) not in ctx.listed
+        (step, doc, first) for doc in docs if never_seen(ctx, doc) and key_of(doc) not in ctx.listed
     )
 
 

@@ -121,9 +121,14 @@ def _ours(key: str) -> bool:
 
 
 def ahead(ctx: ReconcileContext) -> None:
-    """A new runtime's catalog CRDs (they need nothing another step makes) go with an earlier
-    step's wave instead of a round trip of their own (:func:`.apply.apply_ahead`)."""
-    apply_ahead(ctx, STEP, crds())
+    """A new runtime's catalog CRDs (they need nothing another step makes), then its mirror, go
+    with earlier steps' waves instead of round trips of their own (:func:`.apply.apply_ahead`)."""
+    definitions = crds()
+    if any(never_seen(ctx, crd) for crd in definitions):
+        for crd in definitions:
+            ctx.client.learn(crd)  # (the mirror's kinds need no discovery)
+        apply_ahead(ctx, STEP, definitions)
+        apply_ahead(ctx, STEP, desired(ctx), after=definitions)
 
 
 def sync(ctx: ReconcileContext) -> None:

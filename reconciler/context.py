@@ -82,7 +82,8 @@ class Ahead:
     with its step. A step drops what is still pending of its own when it starts (it makes those
     calls itself then); ``applied``: the objects applied so, which their step does not check again."""
 
-    docs: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    # (step, doc, the keys of docs that must have been applied so first: a CRD before its objects)
+    docs: list[tuple[str, dict[str, Any], frozenset]] = field(default_factory=list)
     reads: list[tuple[str, Callable[[], object]]] = field(default_factory=list)
     applied: set[tuple[str, str, str, str]] = field(default_factory=set)  # docs' keys, once applied
 
@@ -91,11 +92,18 @@ class Ahead:
         self.reads = [entry for entry in self.reads if entry[0] != step]
 
     def take(self, room: int) -> tuple[list[dict[str, Any]], list[Callable[[], object]]]:
-        """Up to ``room`` of the pending calls (reads first: they cost the runtime least), taken."""
+        """Up to ``room`` of the pending calls (reads first: they cost the runtime least; docs
+        whose prerequisites were applied), taken."""
         reads, self.reads = self.reads[:room], self.reads[room:]
-        room -= len(reads)
-        docs, self.docs = self.docs[: max(room, 0)], self.docs[max(room, 0) :]
-        return [doc for _, doc in docs], [read for _, read in reads]
+        docs: list[dict[str, Any]] = []
+        left = []
+        for entry in self.docs:
+            if len(reads) + len(docs) < room and entry[2] <= self.applied:
+                docs.append(entry[1])
+            else:
+                left.append(entry)
+        self.docs = left
+        return docs, [read for _, read in reads]
 
     def __bool__(self) -> bool:
         return bool(self.docs or self.reads)

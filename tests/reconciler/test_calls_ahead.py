@@ -1,9 +1,10 @@
 """Calls of a later step made with an earlier step's wave of writes (``RuntimeStep.ahead``,
 :func:`reconciler.apply.apply_ahead` and ``read_ahead``): a runtime is a round trip away, so a
 new runtime's first reconcile applies the module catalog's CRDs and discovers the module CRs'
-kind with the runtime watcher's Deployment, and reads the Deployment back with its webhooks'
-apply, instead of a round trip for each. The emulated runtime holds every answer for a while
-(its latency), so calls made at once are served beside each other (``counts.beside``)."""
+kind with the runtime watcher's Deployment, and reads the Deployment back and applies the
+catalog's mirror with its webhooks' apply, instead of a round trip for each. The emulated runtime
+holds every answer for a while (its latency), so calls made at once are served beside each other
+(``counts.beside``)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ DEPLOYMENT = ("apply", "deployments.apps")
 WEBHOOKS = ("apply", "validatingwebhookconfigurations.admissionregistration.k8s.io")
 DISCOVERY = ("discovery", "/apis/operator.kyma-project.io/v1alpha1")  # (keda's kind)
 CATALOG_CRDS = {resource_name(crd) for crd in catalog.crds()}
+TEMPLATES = "moduletemplates.operator.kyma-project.io"
+RELEASE_METAS = "modulereleasemetas.operator.kyma-project.io"
 
 
 @pytest.fixture
@@ -56,10 +59,20 @@ def calls_of_a_first_reconcile(runtime) -> dict:
         "discoveries": counts.count(*DISCOVERY),
         "deployment reads": counts.count("get", "deployments.apps"),
         "module CRs": counts.count("create", "kedas.operator.kyma-project.io"),
+        "catalog applies": counts.count("apply", TEMPLATES) + counts.count("apply", RELEASE_METAS),
+        "catalog lists": counts.count("list", TEMPLATES) + counts.count("list", RELEASE_METAS),
     }
 
 
-EXPECTED = {"crd applies": 3, "crd lists": 0, "discoveries": 1, "deployment reads": 1, "module CRs": 1}
+EXPECTED = {
+    "crd applies": 3,
+    "crd lists": 0,
+    "discoveries": 1,
+    "deployment reads": 1,
+    "module CRs": 1,
+    "catalog applies": 3,  # (keda's ModuleReleaseMeta, its two versions' ModuleTemplates)
+    "catalog lists": 0,
+}
 
 
 def test_given_a_new_runtime_then_later_steps_calls_go_with_the_watcher_waves(new_runtime):
@@ -67,7 +80,11 @@ def test_given_a_new_runtime_then_later_steps_calls_go_with_the_watcher_waves(ne
     kyma_reconcile_run(kyma.pk)
     beside_deployment = runtime.counts.beside(*DEPLOYMENT)
     assert ("apply", CRDS) in beside_deployment and DISCOVERY in beside_deployment
-    assert ("get", "deployments.apps") in runtime.counts.beside(*WEBHOOKS)
+    beside_webhooks = runtime.counts.beside(*WEBHOOKS)
+    assert ("get", "deployments.apps") in beside_webhooks
+    # the catalog's mirror with the wave after its CRDs'
+    assert ("apply", TEMPLATES) in beside_webhooks and ("apply", RELEASE_METAS) in beside_webhooks
+    assert ("apply", TEMPLATES) not in beside_deployment
     assert calls_of_a_first_reconcile(runtime) == EXPECTED  # (none made twice, none left out)
     assert created(kyma) >= CATALOG_CRDS
     kyma.refresh_from_db()
