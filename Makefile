@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 # loadgroup: the kube tier's tests, the install tier's (one installed control plane) and the whole-stack tests of
 # manage.py up each share one worker; others spread.
-PYTEST_ARGS ?= -n 2 --dist loadgroup
+PYTEST_ARGS ?= -n 2 --dist loadgroup --durations=30
 # INSTALL_TIER=0 leaves the install tier out on purpose (.ci/run's SQLite pass: the tier installs onto the
 # machine's PostgreSQL and Redis whatever DATABASE_URL says, so one pass runs it).
 INSTALL_TIER ?= 1

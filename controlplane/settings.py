@@ -446,6 +446,10 @@ else:
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_BACKEND = None
+# The (disabled) result backend is one object for all of a process's threads: each publish's result
+# object asks for it, and a thread that had none looked it up by name, scanning the installed
+# packages' entry points (20 ms, paid by a listener thread's first event; fleet/queue/warm.py).
+CELERY_RESULT_BACKEND_THREAD_SAFE = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -689,7 +693,8 @@ LISTENER_EVENTS_KEPT: int = env.int("LISTENER_EVENTS_KEPT", default=100)
 LISTENER_RETRY_AFTER: int = env.int("LISTENER_RETRY_AFTER", default=2)
 if LISTENER_RETRY_AFTER < 0:
     raise ImproperlyConfigured("LISTENER_RETRY_AFTER must be 0 or more seconds")
-#: How long a listener process caches Kyma and Watcher lookups.
+#: How long a listener process caches Kyma and Watcher lookups (the answer it uses is never older;
+#: the entries of runtimes in use are read again ahead of their expiry, every half of it).
 LISTENER_CACHE_SECONDS: float = env.float("LISTENER_CACHE_SECONDS", default=2.0)
 #: Seconds between checks for a new listener certificate or CA bundle.
 LISTENER_TLS_REFRESH: float = env.float("LISTENER_TLS_REFRESH", default=30.0)

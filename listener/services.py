@@ -12,14 +12,11 @@ import datetime as dt
 import functools
 import json
 import re
-import threading
-import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
 
 from django.conf import settings
-from django.db import IntegrityError, connection
+from django.db import IntegrityError
 from django.utils import timezone
 
 from fleet import queue
@@ -28,15 +25,13 @@ from fleet.selectors import watcher_silent_after
 from kernel.errors import ApplicationError, NotFound
 from watchers.models import Watcher
 
+from .cache import REFRESHER, TTLCache
 from .conf import HOT
 from .events import WatchEvent
 from .identity import ClientIdentity
 from .models import EventOutcome
 from .recorder import RECORDER
 from .tasks import forward_event_publish
-
-K = TypeVar("K")
-V = TypeVar("V")
 
 
 class Forbidden(ApplicationError):
@@ -61,83 +56,39 @@ class Route:
     service_info: dict
 
 
-class TTLCache(Generic[K, V]):
-    """A tiny per-process cache: a burst of events costs one query, not one per event.
-
-    Entries live ``LISTENER_CACHE_SECONDS``; a changed Kyma or Watcher is seen within that time.
-    Misses (``None``) are cached too, so an unknown runtime cannot make every request query. When
-    an entry expires, one thread loads it again while the others keep answering from the old one
-    for that moment (not every thread querying the same row at once).
-    """
-
-    def __init__(self, load: Callable[[K], V | None]) -> None:
-        self._load = load
-        self._entries: dict[K, tuple[float, V | None]] = {}
-        self._loading: set[K] = set()
-        self._lock = threading.Lock()
-
-    def get(self, key: K) -> V | None:
-        now = time.monotonic()
-        entry = self._entries.get(key)
-        if entry is not None and entry[0] > now:
-            return entry[1]
-        with self._lock:
-            if entry is not None and key in self._loading:
-                return entry[1]  # being loaded again by another thread
-            self._loading.add(key)
-        try:
-            value = self._load(key)
-        finally:
-            with self._lock:
-                self._loading.discard(key)
-        with self._lock:
-            if len(self._entries) > 50_000:
-                self._entries.clear()
-            self._entries[key] = (now + settings.LISTENER_CACHE_SECONDS, value)
-        return value
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-
-
 _FIELDS = ("id", "namespace", "name", "runtime_id", "skr_domain")
 
 
-@functools.cache
-def _kyma_select(*where: str) -> str:
-    """The statement that reads :data:`_FIELDS` of the Kyma with these unique columns' values."""
-    quote, meta = connection.ops.quote_name, Kyma._meta
-    columns = ", ".join(quote(meta.get_field(field).column) for field in _FIELDS)
-    condition = " AND ".join(f"{quote(meta.get_field(field).column)} = %s" for field in where)
-    return f"SELECT {columns} FROM {quote(meta.db_table)} WHERE {condition}"
+def _kymas_by_runtime(runtime_ids: Sequence[str]) -> dict[str, KymaRef]:
+    """The Kymas of these runtimes (ids are unique), in one query."""
+    rows = Kyma.objects.filter(runtime_id__in=runtime_ids).order_by().values_list(*_FIELDS)
+    return {row[3]: KymaRef(*row) for row in rows}
 
 
-def _kyma_ref(where: tuple[str, ...], values: tuple[str, ...]) -> KymaRef | None:
-    """The Kyma whose unique columns ``where`` hold ``values``, as a :class:`KymaRef`. Each
-    runtime's entry is read again every ``LISTENER_CACHE_SECONDS``: one plain statement, not a
-    queryset (the ORM's query building cost 390 us of CPU per read against this one's 88,
-    measured in-process on PostgreSQL)."""
-    with connection.cursor() as cursor:
-        cursor.execute(_kyma_select(*where), values)
-        row = cursor.fetchone()
-    return None if row is None else KymaRef(*row)
+def _kymas_by_name(keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], KymaRef]:
+    """The Kymas of these (namespace, name) pairs, in one query (it may read a few more)."""
+    wanted = set(keys)
+    rows = Kyma.objects.filter(namespace__in={ns for ns, _ in keys}, name__in={name for _, name in keys})
+    found = (KymaRef(*row) for row in rows.order_by().values_list(*_FIELDS))
+    return {(ref.namespace, ref.name): ref for ref in found if (ref.namespace, ref.name) in wanted}
 
 
-KYMAS_BY_RUNTIME: TTLCache[str, KymaRef] = TTLCache(
-    lambda runtime_id: _kyma_ref(("runtime_id",), (runtime_id,))
+def _routes(components: Sequence[str]) -> dict[str, Route]:
+    """The routes of these components (unique per Watcher), in one query."""
+    rows = Watcher.objects.filter(component__in=components).order_by()
+    return {
+        component: Route(component, info) for component, info in rows.values_list("component", "service_info")
+    }
+
+
+KYMAS_BY_RUNTIME: TTLCache[str, KymaRef] = REFRESHER.add(
+    TTLCache(lambda runtime_id: _kymas_by_runtime([runtime_id]).get(runtime_id), _kymas_by_runtime)
 )
-KYMAS_BY_NAME: TTLCache[tuple[str, str], KymaRef] = TTLCache(
-    lambda key: _kyma_ref(("namespace", "name"), key)
+KYMAS_BY_NAME: TTLCache[tuple[str, str], KymaRef] = REFRESHER.add(
+    TTLCache(lambda key: _kymas_by_name([key]).get(key), _kymas_by_name)
 )
-ROUTES: TTLCache[str, Route] = TTLCache(
-    lambda component: next(
-        (
-            Route(w.component, w.service_info)
-            for w in Watcher.objects.only("component", "service_info").filter(component=component)
-        ),
-        None,
-    )
+ROUTES: TTLCache[str, Route] = REFRESHER.add(
+    TTLCache(lambda component: _routes([component]).get(component), _routes)
 )
 
 

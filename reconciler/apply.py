@@ -13,6 +13,7 @@ runtime's first reconcile) is applied without a read: there is nothing to compar
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Sequence
@@ -111,6 +112,8 @@ def needs_check(ctx: ReconcileContext, doc: dict[str, Any]) -> bool:
     """Whether a check that can wait is due: in a full reconcile (which reads every kind) always,
     else when the object was never seen holding this content, or longer than
     ``RUNTIME_RECHECK_INTERVAL`` ago."""
+    if key_of(doc) in ctx.ahead.applied:
+        return False  # applied moments ago, with an earlier step's wave (:func:`apply_ahead`)
     return ctx.full or not verified_recently(ctx, "|".join(key_of(doc)), digest_of(doc))
 
 
@@ -187,7 +190,14 @@ def apply_all(
         results.append(None if isinstance(compared, _Due) else compared)
     client = ctx.client
     applies = [functools.partial(_apply_answer, client, docs[index]) for index, _ in due]
-    answers = all_at_once(applies, idle=client.idle_connections)
+    early, reads = _ride_along(ctx, len(applies))
+    calls = [*applies, *(functools.partial(_apply_answer, client, doc) for doc in early), *reads]
+    answers = all_at_once(calls, idle=client.idle_connections)
+    for doc, answer in zip(early, answers[len(applies) :], strict=False):
+        if not isinstance(answer, RuntimeAPIError):  # (else its own step applies it, and says why)
+            _applied(ctx, doc, answer, _Due(unread=True, drift=False), every_time=False, adopt_from=())
+            ctx.ahead.applied.add(key_of(doc))
+    answers = answers[: len(applies)]
     failed: Exception | None = None
     for (index, how), answer in zip(due, answers, strict=True):
         doc = docs[index]
@@ -203,6 +213,44 @@ def apply_all(
     if failed is not None:
         raise failed
     return results
+
+
+def apply_ahead(
+    ctx: ReconcileContext, step: str, docs: Iterable[dict[str, Any]], *, after: Iterable[dict[str, Any]] = ()
+) -> None:
+    """Let ``docs`` of a later ``step`` ride along with an earlier wave (``ctx.ahead``): only objects
+    that depend on nothing the steps before make (a CRD) and were never seen in this runtime
+    (nothing to compare: applied as they are), each with a wave after the one that applied the
+    objects ``after`` (say, their CRDs). Their step then finds them applied; what no wave took,
+    or the runtime refused, the step applies itself."""
+    first = frozenset(key_of(doc) for doc in after)
+    ctx.ahead.docs.extend(
+        (step, doc, first) for doc in docs if never_seen(ctx, doc) and key_of(doc) not in ctx.listed
+    )
+
+
+def read_ahead(ctx: ReconcileContext, step: str, read: Callable[[], object]) -> None:
+    """Let a read of a later ``step`` ride along with an earlier wave (``ctx.ahead``). ``read``
+    keeps its result itself; it runs on another thread, must not touch the database, and its
+    errors are dropped (the step's own call, if made, reports them)."""
+    ctx.ahead.reads.append((step, functools.partial(_quietly, read)))
+
+
+def _quietly(read: Callable[[], object]) -> None:
+    with contextlib.suppress(RuntimeAPIError):
+        read()
+
+
+def _ride_along(
+    ctx: ReconcileContext, applies: int
+) -> tuple[list[dict[str, Any]], list[Callable[[], object]]]:
+    """What of ``ctx.ahead`` a wave of ``applies`` writes takes along: only a wave that writes, and
+    only as many as idle connections can carry with the wave's own (no new connection: its
+    handshake would cost the round trips the ride saves)."""
+    if not applies or not ctx.ahead:
+        return [], []
+    room = min(settings.RUNTIME_PARALLEL_CALLS, ctx.client.idle_connections()) - applies
+    return ctx.ahead.take(room) if room > 0 else ([], [])
 
 
 @dataclass(frozen=True)

@@ -31,11 +31,12 @@ from fleet.k8s.parallel import all_at_once
 from fleet.models import Module
 from kernel.documents.hashing import stamped
 
-from .apply import apply_all, key_of, needs_check, never_seen, prefetch
+from .apply import apply_ahead, apply_all, key_of, needs_check, never_seen, prefetch
 from .catalog_crds import VERSION, module_release_meta_crd, module_template_crd
 from .context import ReconcileContext
 from .kyma_crd import GROUP
 
+STEP = "module-catalog"  # (its name in the registry: reconciler.steps)
 NAMESPACE = "kyma-system"
 API_VERSION = f"{GROUP}/{VERSION}"
 MODULE_NAME_LABEL = "operator.kyma-project.io/module-name"
@@ -117,6 +118,17 @@ def crds() -> list[dict[str, Any]]:
 def _ours(key: str) -> bool:
     parts = key.split("|")
     return len(parts) == 4 and parts[0] == API_VERSION and parts[1] in KINDS and parts[2] == NAMESPACE
+
+
+def ahead(ctx: ReconcileContext) -> None:
+    """A new runtime's catalog CRDs (they need nothing another step makes), then its mirror, go
+    with earlier steps' waves instead of round trips of their own (:func:`.apply.apply_ahead`)."""
+    definitions = crds()
+    if any(never_seen(ctx, crd) for crd in definitions):
+        for crd in definitions:
+            ctx.client.learn(crd)  # (the mirror's kinds need no discovery)
+        apply_ahead(ctx, STEP, definitions)
+        apply_ahead(ctx, STEP, desired(ctx), after=definitions)
 
 
 def sync(ctx: ReconcileContext) -> None:

@@ -7,6 +7,7 @@ engine compares the result with the stored status at the end (one write, or none
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +74,42 @@ class ModuleOutcome:
 
 
 @dataclass
+class Ahead:
+    """Calls a later step of the reconcile will make, registered early so that a wave of writes
+    with room for them makes them at once (``reconciler.apply``: they ride along). ``docs``:
+    objects never seen in this runtime, to apply (each with the step that owns it); ``reads``:
+    reads whose results the caller keeps itself (a kind's discovery in the client's cache), each
+    with its step. A step drops what is still pending of its own when it starts (it makes those
+    calls itself then); ``applied``: the objects applied so, which their step does not check again."""
+
+    # (step, doc, the keys of docs that must have been applied so first: a CRD before its objects)
+    docs: list[tuple[str, dict[str, Any], frozenset]] = field(default_factory=list)
+    reads: list[tuple[str, Callable[[], object]]] = field(default_factory=list)
+    applied: set[tuple[str, str, str, str]] = field(default_factory=set)  # docs' keys, once applied
+
+    def drop(self, step: str) -> None:
+        self.docs = [entry for entry in self.docs if entry[0] != step]
+        self.reads = [entry for entry in self.reads if entry[0] != step]
+
+    def take(self, room: int) -> tuple[list[dict[str, Any]], list[Callable[[], object]]]:
+        """Up to ``room`` of the pending calls (reads first: they cost the runtime least; docs
+        whose prerequisites were applied), taken."""
+        reads, self.reads = self.reads[:room], self.reads[room:]
+        docs: list[dict[str, Any]] = []
+        left = []
+        for entry in self.docs:
+            if len(reads) + len(docs) < room and entry[2] <= self.applied:
+                docs.append(entry[1])
+            else:
+                left.append(entry)
+        self.docs = left
+        return docs, [read for _, read in reads]
+
+    def __bool__(self) -> bool:
+        return bool(self.docs or self.reads)
+
+
+@dataclass
 class ReconcileContext:
     kyma: Kyma
     now: dt.datetime
@@ -112,6 +149,7 @@ class ReconcileContext:
     # A batch's reads (reconciler.shared): the catalog, Watchers, CA bundle, this Kyma's
     # certificate, ModuleConfigs and SyncResources, read once for every Kyma of the batch.
     shared: Any = None
+    ahead: Ahead = field(default_factory=Ahead)  # calls of later steps made with an earlier wave
     _catalog: dict[str, Module] | None = None
     _targets: KymaTargets | None = None
     _window: maintenance.WindowState | None = None

@@ -50,7 +50,12 @@ def _runtime_steps(ctx: ReconcileContext) -> None:
         # Before the first write into the runtime: deleting the Kyma must clean it up.
         kyma.finalizers = finalizers
         Kyma.objects.filter(pk=kyma.pk).update(finalizers=kyma.finalizers)
-    for step in REGISTRY.in_order():
+    steps = REGISTRY.in_order()
+    for step in steps:
+        if step.ahead is not None:
+            step.ahead(ctx)
+    for step in steps:
+        ctx.ahead.drop(step.name)  # (what no earlier wave took, the step makes itself)
         step.sync(ctx)
         ctx.step()
     if ctx.changed_configs:

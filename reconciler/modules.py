@@ -17,6 +17,7 @@ CR's own status is read every time (status changes are not reported).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,8 +30,10 @@ from kernel.documents.hashing import document_hash
 from kernel.services import deletion_begin
 from kernel.timefmt import display
 
-from .apply import key_of, note_seen, read, resource_name, verified_recently
+from .apply import key_of, note_seen, read, read_ahead, resource_name, verified_recently
 from .context import FALSE, TRUE, ModuleOutcome, ReconcileContext
+
+STEP = "modules"  # (its name in the registry: reconciler.steps)
 
 
 def module_resource(module: Module, kyma_runtime_id: str) -> dict[str, Any]:
@@ -148,6 +151,19 @@ def sync(ctx: ReconcileContext) -> list[int]:
     else:
         ctx.condition("Modules", TRUE, "Ready", "all modules are ready")
     return changed
+
+
+def ahead(ctx: ReconcileContext) -> None:
+    """The discovery of each module CR kind the step may create that the runtime's client does not
+    know yet (a new runtime's first reconcile, or the first since the worker started), made with an
+    earlier step's wave instead of a round trip of its own (:func:`.apply.read_ahead`)."""
+    catalog, client = ctx.catalog(), ctx.client
+    names = [entry["name"] for entry in ctx.kyma.module_entries()]
+    names += [module.name for module in catalog.values() if module.mandatory]
+    kinds = {(m.cr_api_version, m.cr_kind) for name in names if (m := catalog.get(name)) and m.cr_kind}
+    for api_version, kind in sorted(kinds):
+        if not client.knows(api_version, kind):
+            read_ahead(ctx, STEP, functools.partial(client.resource, api_version, kind))
 
 
 def step(ctx: ReconcileContext) -> None:

@@ -108,7 +108,9 @@ class RuntimeStep:
 
     ``order``: its place in a reconcile (lower first); ``removal``: in a deletion (lower first).
     ``remove`` returns the objects still in the runtime after their deletion was asked for
-    (``(apiVersion, kind, namespace, name)``: a finalizer holds them)."""
+    (``(apiVersion, kind, namespace, name)``: a finalizer holds them). ``ahead``, when given,
+    registers calls of the step that need nothing the steps before it make, so that one of their
+    waves makes them at once (a runtime is far away: each wave is a round trip)."""
 
     name: str
     summary: str
@@ -118,6 +120,9 @@ class RuntimeStep:
     remove: Callable[[ReconcileContext], list[tuple[str, str, str, str]]]
     order: int
     removal: int
+    # Registers calls the step will make that may go earlier, with another step's wave
+    # (``reconciler.apply.apply_ahead``, ``read_ahead``): run before the first step.
+    ahead: Callable[[ReconcileContext], None] | None = None
 
     def kind_of(self, api_version: str, kind: str, name: str | None = None) -> OwnedKind | None:
         """The declaration of an object (fixed names first: a kind may be declared by name in one

@@ -293,7 +293,7 @@ REGISTRY = Registry(
             removal=50,
         ),
         RuntimeStep(
-            "runtime-watcher",
+            watcher_resources.STEP,
             "the runtime watcher: its certificate, objects and webhooks, its readiness and heartbeat",
             WATCHER_KINDS,
             render=functools.partial(watcher_resources.render, watched=WATCHED),
@@ -303,7 +303,7 @@ REGISTRY = Registry(
             removal=40,
         ),
         RuntimeStep(
-            "modules",
+            modules.STEP,
             "each module's CR (the Kyma's modules and the catalog's mandatory ones), its ModuleConfig "
             "for the module's manager, and its state",
             (MODULE_CRS,),
@@ -312,9 +312,10 @@ REGISTRY = Registry(
             remove=modules.remove,
             order=30,
             removal=10,
+            ahead=modules.ahead,
         ),
         RuntimeStep(
-            "module-catalog",
+            catalog.STEP,
             "the module catalog mirrored in upstream's shapes",
             (CATALOG_CRDS, MODULE_TEMPLATES, MODULE_RELEASE_METAS),
             render=catalog.render,
@@ -322,6 +323,7 @@ REGISTRY = Registry(
             remove=catalog.remove,
             order=40,
             removal=30,
+            ahead=catalog.ahead,
         ),
         RuntimeStep(
             "sync-resources",

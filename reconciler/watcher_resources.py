@@ -12,10 +12,11 @@ is an Error (upstream once reported it Ready).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
-from fleet.k8s.client import Permanent
+from fleet.k8s.client import Permanent, RuntimeClient
 from fleet.rollouts.targets import KymaTargets
 from kernel.documents.dockerconfig import DockerConfigError
 from pki import services as pki
@@ -33,10 +34,20 @@ from watchers.rollouts import watcher_from_fields
 from watchers.status import rollout_mark, webhook_problem
 
 from . import watcher_heartbeat
-from .apply import apply_all, apply_if_changed, key_of, live_object, needs_check, never_seen, prefetch
+from .apply import (
+    apply_all,
+    apply_if_changed,
+    key_of,
+    live_object,
+    needs_check,
+    never_seen,
+    prefetch,
+    read_ahead,
+)
 from .context import FALSE, TRUE, ReconcileContext
 from .drift import describe
 
+STEP = "runtime-watcher"  # (its name in the registry: reconciler.steps)
 # What breaks events or the watcher at once when changed: checked every reconcile.
 EVERY_TIME = frozenset({"Secret", "Deployment", "ValidatingWebhookConfiguration"})
 CONDITION = "SKRWebhook"
@@ -140,16 +151,25 @@ def sync(ctx: ReconcileContext, watchers: list[Watcher], watched: Sequence[Watch
     check_all = ctx.full or _pods_missing(ctx, next(doc for doc in docs if doc["kind"] == "Deployment"))
     if check_all:
         prefetch(ctx, docs)  # (the rest)
-    deployment = None
+    deployment, read_after = None, {}
     for wave in _waves(docs):
         for doc, live in zip(wave, _apply(ctx, wave, check_all=check_all), strict=True):
             if doc["kind"] == "Deployment":
                 deployment = live
+                if live is None:  # just applied: read again with the webhooks' wave, if it writes
+                    read_ahead(ctx, STEP, functools.partial(_read_deployment, ctx.client, read_after))
+    ctx.ahead.drop(STEP)
     _remove_legacy(ctx)
     ctx.sync.applied_watchers = sorted(rollout_mark(w) for w in watchers)
     if deployment is None:  # just applied: its status is only known after the apply settled
-        deployment = ctx.client.get("apps/v1", "Deployment", NAME, NAMESPACE)
+        deployment = read_after["live"] if "live" in read_after else _read_deployment(ctx.client, {})
     readiness(ctx, deployment)
+
+
+def _read_deployment(client: RuntimeClient, into: dict[str, Any]) -> dict[str, Any] | None:
+    """The watcher's Deployment as the runtime holds it now (kept in ``into`` too)."""
+    into["live"] = client.get("apps/v1", "Deployment", NAME, NAMESPACE)
+    return into["live"]
 
 
 def _pods_missing(ctx: ReconcileContext, doc: dict[str, Any]) -> bool:

@@ -139,9 +139,11 @@ class RuntimeEmulator(UserActions, KubernetesEmulator):
         """The aiohttp entry point: account, inject faults, authenticate, then serve."""
         route = routes.parse(raw.path)
         self.counts.started()
+        counted = None
         try:
             content_type = raw.headers.get("Content-Type", "").split(";")[0].strip()
-            self.counts.record(routes.verb(raw.method, route, raw.query, content_type), route.label)
+            counted = (routes.verb(raw.method, route, raw.query, content_type), route.label)
+            self.counts.record(*counted)
             if self.faults.latency:
                 await asyncio.sleep(self.faults.latency)
             error = self.faults.next_error()
@@ -155,7 +157,7 @@ class RuntimeEmulator(UserActions, KubernetesEmulator):
             logger.exception("emulator %s failed on %s %s", self.name, raw.method, raw.path)
             return await self._render_error(errors.internal_error(repr(exc)))
         finally:
-            self.counts.finished()
+            self.counts.finished(counted)
 
     async def _render_error(self, exc: Exception) -> web.StreamResponse:
         error = exc if isinstance(exc, KubernetesError) else errors.internal_error(repr(exc))

@@ -68,24 +68,40 @@ class RequestCounts:
     how many were being served at once at most (``peak``: a client's calls made at once overlap
     while the emulator's latency holds them)."""
 
-    __slots__ = ("_counts", "in_flight", "peak")
+    __slots__ = ("_beside", "_counts", "_serving", "in_flight", "peak")
 
     def __init__(self) -> None:
         self._counts: Counter[tuple[str, str]] = Counter()
         self.in_flight = 0  # (served on one event loop: no lock)
         self.peak = 0
+        self._serving: Counter[tuple[str, str]] = Counter()  # counted requests being served now
+        self._beside: dict[tuple[str, str], set[tuple[str, str]]] = {}
 
     def started(self) -> None:
         """A request is being served (until :meth:`finished`)."""
         self.in_flight += 1
         self.peak = max(self.peak, self.in_flight)
 
-    def finished(self) -> None:
+    def finished(self, counted: tuple[str, str] | None = None) -> None:
+        """A request was answered (``counted``: its verb and resource, when :meth:`record` counted it)."""
         self.in_flight -= 1
+        if counted is not None:
+            self._serving[counted] -= 1
 
     def record(self, verb: str, resource: str) -> None:
-        """Count one request."""
-        self._counts[verb, resource] += 1
+        """Count one request (being served until :meth:`finished` says so)."""
+        key = (verb, resource)
+        self._counts[key] += 1
+        for other, serving in self._serving.items():
+            if serving > 0:
+                self._beside.setdefault(key, set()).add(other)
+                self._beside.setdefault(other, set()).add(key)
+        self._serving[key] += 1
+
+    def beside(self, verb: str, resource: str) -> set[tuple[str, str]]:
+        """The (verb, resource) of the requests served at the same time as one of these: a client's
+        calls made at once, while the emulator's latency holds their answers."""
+        return set(self._beside.get((verb, resource), ()))
 
     def count(self, verb: str | None = None, resource: str | None = None) -> int:
         """Requests so far, optionally only of one verb and/or resource."""
@@ -117,4 +133,5 @@ class RequestCounts:
     def reset(self) -> None:
         """Start counting from zero (e.g. right before the operation under test)."""
         self._counts.clear()
+        self._beside.clear()
         self.peak = self.in_flight

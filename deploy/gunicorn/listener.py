@@ -64,6 +64,11 @@ else:
 
 def post_worker_init(worker: object) -> None:
     _serve_tls()
+    from fleet.queue import publisher_warm
+    from listener.cache import REFRESHER
+
+    publisher_warm()  # the first event does not wait for the broker connection (fleet/queue/warm.py)
+    REFRESHER.start()  # the look-ups of runtimes in use stay fresh: their events query nothing
     from listener.readiness import worker_serving
 
     worker_serving(worker.pid)  # /readyz: this worker takes connections now

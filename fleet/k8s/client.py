@@ -330,6 +330,10 @@ class RuntimeClient:
                 )
         return self._resources[key]
 
+    def knows(self, api_version: str, kind: str) -> bool:
+        """Whether a kind's plural and scope are known without a call (built in, learnt, discovered)."""
+        return (api_version, kind) in self._resources
+
     def learn(self, crd: dict[str, Any]) -> None:
         """Plural and scope of a CRD's kinds, from the definition itself: for a CRD the control plane
         installs (the Kyma's), whose names it decides, discovery would only echo them back."""

@@ -77,6 +77,7 @@ from .requests import (
 from .retry import MAX_HOLD, LeaseBusy, NoBusySlot, RetryLater, TooSoon, WorkerStopping, hold_for
 from .schedule import due_now, reconcile_finished
 from .schedule import next_at as next_due_at
+from .warm import publisher_warm
 
 __all__ = [
     "MAX_HOLD",
@@ -108,6 +109,7 @@ __all__ = [
     "lease_released",
     "marks_refresh",
     "next_due_at",
+    "publisher_warm",
     "queued",
     "rearm",
     "rearm_urgent",
