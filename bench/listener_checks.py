@@ -14,7 +14,9 @@ machine's noise only adds), with the collector on as in the server (whose start-
 frozen, listener/wsgi.py).
 The whole application is timed for an event its queued reconcile covers (no queue round trip:
 ``bench/listener.py`` row (a')); an event that asks the queue adds one Redis round trip, shared
-by concurrent events (``fleet/queue/batching.py``).
+by concurrent events (``fleet/queue/batching.py``). The whole application sends the same body
+each time, as a runtime's watcher does: its parse is remembered after the first
+(``listener.events.parse_event_cached``); the parse rows show what a body new to the process costs.
 
 The last line is ``listener_checks: app_us=A parse_us=P checks_us=C`` for upstream's body: the
 whole application, the parse with every check, and the sum of the checks alone.
@@ -150,6 +152,9 @@ def measure(document: dict, kyma: Kyma, who: ClientIdentity, args: argparse.Name
     parts: dict[str, Callable[[], object]] = {
         "JSON parse alone (json.loads, for scale)": lambda: json.loads(body),
         "parse_event: parse and every check": lambda: events.parse_event("v2", "lifecycle-manager", body),
+        "the same body again (remembered: parse_event_cached)": lambda: events.parse_event_cached(
+            "v2", "lifecycle-manager", bytes(body)
+        ),
         "event record (buffered)": lambda: recorder.add(kyma.pk, event, "coalesced", now),
         "request metrics (summed in the process)": tally_one,
         "the whole application, one event": lambda: app.application(environ(), lambda status, headers: None),

@@ -34,7 +34,8 @@ from kernel.errors import ApplicationError, error_body
 from kernel.outage import Outage
 
 from . import metrics, services
-from .events import MAX_BODY, EventInvalid, parse_body, parse_event
+from .conf import HOT
+from .events import MAX_BODY, EventInvalid, parse_body, parse_event_cached
 from .identity import ClientIdentity, IdentityError, client_identity
 
 log = logging.getLogger(__name__)
@@ -107,7 +108,7 @@ def accept_event(environ: dict[str, Any], contract: str, component: str) -> byte
     if not COMPONENT.match(component):
         raise EventInvalid(f"invalid component {component!r} in the path")
     route = services.route_for(component)  # 404 before looking at the body
-    event = parse_event(contract, component, body)
+    event = parse_event_cached(contract, component, body)
     accepted = services.watch_event_accept(event=event, identity=identity, route=route)
     metrics.TALLY.event(component, accepted.outcome)
     return accepted.payload()
@@ -196,7 +197,7 @@ def _give_back_connection() -> None:
     """With a pool (``DATABASE_POOL_MAX_SIZE``) the thread's connection goes back after each
     request, so the process's threads share the pool's few connections (no reconnect: the pool
     keeps them open)."""
-    if settings.DATABASE_POOLED:
+    if HOT.DATABASE_POOLED:
         connection.close()
 
 

@@ -18,6 +18,7 @@ when present it must be well formed (400 otherwise).
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -30,6 +31,11 @@ MAX_BODY = 16 * 1024
 CHANGE_OPERATIONS = ("CREATE", "UPDATE", "DELETE")
 # A uid, a resourceVersion: short opaque tokens (etcd's are digits, uids are UUIDs).
 CHANGE_TOKEN = re.compile(r"^[A-Za-z0-9._:+=/-]{0,128}$")
+# Parsed events are remembered by their body's bytes (:func:`parse_event_cached`): bodies up to
+# this size (a WatchEvent with the longest names Kubernetes allows and a change is under 1.5 KiB),
+# at most this many of them per process (a few MiB at most).
+CACHED_BODY = 2048
+PARSED_KEPT = 4096
 
 
 class EventInvalid(ValueError):
@@ -197,3 +203,19 @@ def parse_event(contract: str, component: str, body: bytes) -> WatchEvent:
         owner=owner,
         change=_change(data["change"]) if data.get("change") is not None else None,
     )
+
+
+_parsed = functools.lru_cache(maxsize=PARSED_KEPT)(parse_event)
+
+
+def parse_event_cached(contract: str, component: str, body: bytes) -> WatchEvent:
+    """:func:`parse_event`, remembered by (contract, component, body): a runtime's watcher sends
+    the same few bodies again and again (upstream's carry no more than the object and its kind),
+    so each distinct body is parsed and checked once per process, and a repeat costs a lookup.
+    Every check still runs on every body that is new here: only events that passed them are
+    remembered (a refused body raises, and is parsed and refused again next time), the events
+    are immutable, and the cache is bounded (least recently used out; bodies over
+    :data:`CACHED_BODY` are never kept)."""
+    if len(body) > CACHED_BODY:
+        return parse_event(contract, component, body)
+    return _parsed(contract, component, body)

@@ -35,6 +35,8 @@ from kernel.outage import Outage
 from pki import crypto
 from pki.selectors import ca_bundle_pem
 
+from .conf import HOT
+
 XFCC_LIMIT = 32 * 1024
 
 log = logging.getLogger(__name__)
@@ -243,6 +245,6 @@ def proxy_identity(environ: dict[str, Any]) -> ClientIdentity:
 
 
 def client_identity(environ: dict[str, Any]) -> ClientIdentity:
-    if settings.LISTENER_MODE == "proxy":
+    if HOT.LISTENER_MODE == "proxy":
         return proxy_identity(environ)
     return direct_identity(environ)

@@ -88,9 +88,10 @@ class Tally:
     per request that was seven writes (in-flight up and down, requests, errors, events, duration
     histogram, last duration). Here a request adds to plain counters, and the totals are written
     at most every ``FLUSH_EVERY`` seconds under load (one write per changed series per flush),
-    and ``IDLE_FLUSH`` seconds after the process fell idle, by a background thread: writing them
-    each time no request was in flight cost a fifth of the application's time under load (with
-    several threads that is after almost every request; bench/listener.py row (a')).
+    and ``IDLE_FLUSH`` seconds after the process fell idle (if it still is), by a background
+    thread: writing them each time no request was in flight cost a fifth of the application's
+    time under load (with several threads that is after almost every request; bench/listener.py
+    row (a')).
     """
 
     FLUSH_EVERY = 0.1
@@ -146,7 +147,11 @@ class Tally:
             self._idle.wait()
             time.sleep(self.IDLE_FLUSH)  # requests arriving meanwhile join this flush
             self._idle.clear()
-            self.flush()
+            # Busy again: the requests in flight flush when one is due, or the last of them to
+            # end wakes this thread again. Under load the process is idle for moments many
+            # times a second, and a flush each time was 2 % of its CPU (py-spy, bench/listener.py).
+            if self._in_flight == 0:
+                self.flush()
 
     def flush(self) -> None:
         """Write the totals since the last flush (one writer at a time, in order)."""

@@ -26,6 +26,7 @@ from kernel.errors import ApplicationError, NotFound
 from watchers.models import Watcher
 
 from .cache import REFRESHER, TTLCache
+from .conf import HOT
 from .events import WatchEvent
 from .identity import ClientIdentity
 from .models import EventOutcome
@@ -105,7 +106,7 @@ def runtime_for(event_owner: tuple[str, str] | None, identity: ClientIdentity) -
         kyma = KYMAS_BY_RUNTIME.get(identity.common_name)
         if kyma is None:
             raise Forbidden(f"no runtime with id {identity.common_name!r} (the certificate's CN)")
-        pin = settings.LISTENER_SAN_PINNING
+        pin = HOT.LISTENER_SAN_PINNING
     else:
         kyma = KYMAS_BY_NAME.get(event_owner)
         if kyma is None:
@@ -190,11 +191,13 @@ def watch_event_accept(
 ) -> Accepted:
     """Route an accepted event; raises NotFound (404), Forbidden (403), QueueUnavailable (503).
     ``route``: the event's component's, when the caller looked it up already."""
-    received_at = timezone.now()  # before the claim: a reconcile covering this event starts later
+    # Before the claim: a reconcile covering this event starts later. (timezone.now(), without
+    # its settings.USE_TZ look-up: the project always uses aware times.)
+    received_at = dt.datetime.now(dt.UTC)
     route = route or route_for(event.component)
     owner = (event.owner.namespace, event.owner.name) if event.owner else None
     kyma = runtime_for(owner, identity)
-    if event.component == settings.LISTENER_RECONCILE_COMPONENT:
+    if event.component == HOT.LISTENER_RECONCILE_COMPONENT:
         queued = COVERAGE.request(kyma.id, stored_change(event))
         outcome = EventOutcome.QUEUED if queued else EventOutcome.COALESCED
     else:

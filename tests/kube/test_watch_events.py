@@ -112,4 +112,9 @@ def test_edits_through_the_real_api_server_reach_the_reconcile(real_runtime, con
         control_plane,
         timeout=30,
     )
-    assert WatchEventRecord.objects.filter(kyma_id=kyma.pk, gvk_kind="PriorityClass").exists()
+    eventually(  # the listener writes its records in batches, every second
+        lambda: WatchEventRecord.objects.filter(kyma_id=kyma.pk, gvk_kind="PriorityClass").exists(),
+        "the PriorityClass deletion's event on record",
+        control_plane,
+        timeout=10,
+    )
