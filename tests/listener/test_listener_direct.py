@@ -86,6 +86,19 @@ def scrape(port: int) -> dict[str, float]:
     return samples
 
 
+def settled_scrape(port: int, *, quiet: float = 0.2, timeout: float = 10) -> dict[str, float]:
+    """The metrics once nothing is in flight and two scrapes ``quiet`` seconds apart agree."""
+    deadline = time.monotonic() + timeout
+    last = scrape(port)
+    while True:
+        time.sleep(quiet)
+        now = scrape(port)
+        if now == last and now.get("watcher_listener_inflight_requests", 0) == 0:
+            return now
+        assert time.monotonic() < deadline, "the listener's metrics never settled"
+        last = now
+
+
 def rejected_at_tls(listener, context: ssl.SSLContext) -> bool:
     """True when the listener ends the TLS session instead of answering HTTP."""
     try:
@@ -192,25 +205,29 @@ class TestAccepted:
         assert timezone.now() - kyma.watcher_last_seen_at < dt.timedelta(seconds=10)
 
     def test_given_events_when_scraping_the_side_port_then_metrics_moved(self, listener, kyma, creds):
-        before = scrape(listener.metrics_port)
+        # The listener writes its totals a moment after it fell idle, so an earlier test's last
+        # request may still be on its way into the metrics: start from totals that stay put.
+        before = settled_scrape(listener.metrics_port)
         request(listener.port, creds.context(), "/v2/lifecycle-manager/event", event_body())
         request(listener.port, creds.context(), "/v2/lifecycle-manager/event", {"watched": 1})
         big = event_body(padding="x" * 17000)
         request(listener.port, creds.context(), "/v2/lifecycle-manager/event", big)
-        count = "watcher_listener_request_duration_seconds_count"
-        # The listener writes its totals a moment after it fell idle: wait until all three show.
+        expected = {
+            'watcher_listener_requests_total{code="200",contract="v2"}': 1,
+            'watcher_listener_request_errors_total{code="400"}': 1,
+            "watcher_listener_exceeding_size_limit_requests_total": 1,
+            "watcher_listener_request_duration_seconds_count": 3,
+        }
+        # Each series is written on its own: wait until every one of them shows its requests.
         deadline = time.monotonic() + 10
-        while (after := scrape(listener.metrics_port)).get(count, 0) - before.get(count, 0) < 3:
-            assert time.monotonic() < deadline, "the three requests never showed in the metrics"
+        while True:
+            after = scrape(listener.metrics_port)
+            moved = {name: after.get(name, 0) - before.get(name, 0) for name in expected}
+            if all(moved[name] >= count for name, count in expected.items()):
+                break
+            assert time.monotonic() < deadline, f"the three requests never showed in the metrics: {moved}"
             time.sleep(0.02)
-
-        def moved(name: str) -> float:
-            return after.get(name, 0) - before.get(name, 0)
-
-        assert moved('watcher_listener_requests_total{code="200",contract="v2"}') == 1
-        assert moved('watcher_listener_request_errors_total{code="400"}') == 1
-        assert moved("watcher_listener_exceeding_size_limit_requests_total") == 1
-        assert moved("watcher_listener_request_duration_seconds_count") == 3
+        assert moved == expected
         assert after["watcher_listener_inflight_requests"] == 0
 
 
