@@ -193,7 +193,10 @@ def apply_all(
     early, reads = _ride_along(ctx, len(applies))
     calls = [*applies, *(functools.partial(_apply_answer, client, doc) for doc in early), *reads]
     answers = all_at_once(calls, idle=client.idle_connections)
-    for doc, answer in zip(early, answers[len(applies) :], strict=False):
+    # (in the order of ``calls``: the wave's own applies, the early ones, then the reads, whose
+    # answers their callers keep themselves)
+    early_answers = answers[len(applies) : len(applies) + len(early)]
+    for doc, answer in zip(early, early_answers, strict=True):
         if not isinstance(answer, RuntimeAPIError):  # (else its own step applies it, and says why)
             _applied(ctx, doc, answer, _Due(unread=True, drift=False), every_time=False, adopt_from=())
             ctx.ahead.applied.add(key_of(doc))
