@@ -112,9 +112,10 @@ def needs_check(ctx: ReconcileContext, doc: dict[str, Any]) -> bool:
     """Whether a check that can wait is due: in a full reconcile (which reads every kind) always,
     else when the object was never seen holding this content, or longer than
     ``RUNTIME_RECHECK_INTERVAL`` ago."""
-    if key_of(doc) in ctx.ahead.applied:
+    key = key_of(doc)
+    if key in ctx.ahead.applied:
         return False  # applied moments ago, with an earlier step's wave (:func:`apply_ahead`)
-    return ctx.full or not verified_recently(ctx, "|".join(key_of(doc)), digest_of(doc))
+    return ctx.full or not verified_recently(ctx, "|".join(key), digest_of(doc))
 
 
 # A check that found an object in place is noted again only once its note is this share of
