@@ -17,7 +17,7 @@ from pki import services as pki
 from reconciler import catalog
 from reconciler.apply import resource_name
 from reconciler.run import kyma_reconcile_run
-from tests.reconciler.helpers import run
+from tests.reconciler.helpers import conditions, run
 from tests.support.runtimes import connected_kyma, keda_module, klm_watcher
 
 pytestmark = pytest.mark.django_db
@@ -108,3 +108,15 @@ def test_given_a_periodic_no_op_by_a_worker_new_to_the_runtime_then_nothing_is_r
     kyma = run(kyma, queue.PERIODIC_REASON, full=False)
     assert (runtime.counts.reads, runtime.counts.writes, runtime.counts.count(*DISCOVERY)) == (3, 0, 0)
     assert kyma.state == KymaState.READY
+
+
+def test_given_the_watcher_scaled_to_zero_then_its_readiness_is_judged_on_the_deployment_read_after_repair(
+    settled,
+):
+    kyma, runtime = settled
+    runtime.patch_as_user("Deployment", "skr-webhook", {"spec": {"replicas": 0}}, "kyma-system")
+    runtime.counts.reset()
+    kyma = run(kyma, "spec changed")
+    assert runtime.get_object("Deployment", "skr-webhook", "kyma-system")["spec"]["replicas"] == 1
+    assert runtime.counts.count("get", "deployments.apps") == 2  # (to compare it, then after its apply)
+    assert conditions(kyma)["SKRWebhook"] == ("True", "Ready")  # (not the copy read before its apply)
