@@ -155,6 +155,10 @@ class ReconcileContext:
     # certificate, ModuleConfigs and SyncResources, read once for every Kyma of the batch.
     shared: Any = None
     ahead: Ahead = field(default_factory=Ahead)  # calls of later steps made with an earlier wave
+    # What a step rendered, by the step's name, for its own later use in this reconcile (the
+    # catalog's mirror: its ``ahead`` renders it, its sync applies it). A context is one reconcile
+    # of one runtime: nothing kept here outlives it.
+    rendered: dict[str, Any] = field(default_factory=dict)
     _catalog: dict[str, Module] | None = None
     _targets: KymaTargets | None = None
     _window: maintenance.WindowState | None = None
