@@ -13,10 +13,13 @@ import pytest
 from fleet import queue
 from fleet.k8s.client import client_forget
 from fleet.models import Kyma, KymaState, ReconcileRecord
+from fleet.services import kymas as kyma_services
+from fleet.services import modules as module_services
 from pki import services as pki
 from reconciler import catalog
 from reconciler.apply import resource_name
 from reconciler.run import kyma_reconcile_run
+from runtime_emulator import crd_manifest
 from tests.reconciler.helpers import conditions, run
 from tests.support.runtimes import connected_kyma, keda_module, klm_watcher
 
@@ -120,3 +123,37 @@ def test_given_the_watcher_scaled_to_zero_then_its_readiness_is_judged_on_the_de
     assert runtime.get_object("Deployment", "skr-webhook", "kyma-system")["spec"]["replicas"] == 1
     assert runtime.counts.count("get", "deployments.apps") == 2  # (to compare it, then after its apply)
     assert conditions(kyma)["SKRWebhook"] == ("True", "Ready")  # (not the copy read before its apply)
+
+
+def module_of_its_own_kind(name: str, group: str, kind: str, **fields) -> str:
+    """A catalog module whose CR is of a kind of its own (in the runtime: ``register_crd``)."""
+    module_services.module_apply(
+        name=name,
+        channels={"regular": "1.0.0"},
+        cr_group=group,
+        cr_version="v1",
+        cr_kind=kind,
+        cr_plural=f"{kind.lower()}s",
+        **fields,
+    )
+    return f"/apis/{group}/v1"
+
+
+def test_given_modules_of_several_kinds_then_each_kind_the_step_touches_is_discovered_ahead_once(
+    new_runtime,
+):
+    runtime, kyma = new_runtime
+    ignored = module_of_its_own_kind("istio", "istio.example.com", "Istio")  # (its CR is only read)
+    mandatory = module_of_its_own_kind("btp", "btp.example.com", "BtpOperator", mandatory=True)
+    for group, kind in (("istio.example.com", "Istio"), ("btp.example.com", "BtpOperator")):
+        runtime.register_crd(crd_manifest(group, kind))
+    kyma.modules = [{"name": "keda"}, {"name": "istio", "customResourcePolicy": "Ignore"}]
+    kyma_services.kyma_save(kyma=kyma)
+    runtime.counts.reset()
+    kyma_reconcile_run(kyma.pk)
+    with_watcher_waves = runtime.counts.beside(*DEPLOYMENT) | runtime.counts.beside(*WEBHOOKS)
+    for path in (DISCOVERY[1], ignored, mandatory):
+        assert ("discovery", path) in with_watcher_waves, path
+        assert runtime.counts.count("discovery", path) == 1, path
+    assert runtime.counts.count("get", "istios.istio.example.com") == 1  # (policy Ignore: read)
+    assert runtime.counts.count("create", "btpoperators.btp.example.com") == 1
