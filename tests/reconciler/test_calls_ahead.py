@@ -15,13 +15,11 @@ from fleet.k8s.client import client_forget
 from fleet.models import Kyma, KymaState, ReconcileRecord
 from fleet.services import kymas as kyma_services
 from fleet.services import modules as module_services
-from pki import services as pki
 from reconciler import catalog
 from reconciler.apply import resource_name
 from reconciler.run import kyma_reconcile_run
 from runtime_emulator import crd_manifest
 from tests.reconciler.helpers import conditions, run
-from tests.support.runtimes import connected_kyma, keda_module, klm_watcher
 
 pytestmark = pytest.mark.django_db
 
@@ -36,16 +34,11 @@ RELEASE_METAS = "modulereleasemetas.operator.kyma-project.io"
 
 
 @pytest.fixture
-def new_runtime(runtimes):
-    pki.ca_bootstrap()
-    klm_watcher()
-    keda_module()
-    runtime = runtimes()
-    kyma = connected_kyma(runtime)
-    client_forget(kyma.pk)  # (a worker that never called this runtime: no discovery cached)
+def far_new_runtime(new_runtime):
+    """A new runtime (``new_runtime``) that holds each answer ``LATENCY`` seconds."""
+    runtime, _kyma = new_runtime
     runtime.faults.latency = LATENCY
-    runtime.counts.reset()
-    return runtime, kyma
+    return new_runtime
 
 
 def created(kyma: Kyma) -> set[str]:
@@ -78,8 +71,8 @@ EXPECTED = {
 }
 
 
-def test_given_a_new_runtime_then_later_steps_calls_go_with_the_watcher_waves(new_runtime):
-    runtime, kyma = new_runtime
+def test_given_a_new_runtime_then_later_steps_calls_go_with_the_watcher_waves(far_new_runtime):
+    runtime, kyma = far_new_runtime
     kyma_reconcile_run(kyma.pk)
     beside_deployment = runtime.counts.beside(*DEPLOYMENT)
     assert ("apply", CRDS) in beside_deployment and DISCOVERY in beside_deployment
@@ -95,9 +88,9 @@ def test_given_a_new_runtime_then_later_steps_calls_go_with_the_watcher_waves(ne
     assert watcher["status"] == "True"  # (its Deployment read back, with the webhooks' apply)
 
 
-def test_given_no_room_beside_a_wave_then_each_step_makes_its_own_calls(new_runtime, settings):
+def test_given_no_room_beside_a_wave_then_each_step_makes_its_own_calls(far_new_runtime, settings):
     settings.RUNTIME_PARALLEL_CALLS = 1
-    runtime, kyma = new_runtime
+    runtime, kyma = far_new_runtime
     kyma_reconcile_run(kyma.pk)
     assert runtime.counts.peak == 1
     assert calls_of_a_first_reconcile(runtime) == EXPECTED
@@ -140,9 +133,9 @@ def module_of_its_own_kind(name: str, group: str, kind: str, **fields) -> str:
 
 
 def test_given_modules_of_several_kinds_then_each_kind_the_step_touches_is_discovered_ahead_once(
-    new_runtime,
+    far_new_runtime,
 ):
-    runtime, kyma = new_runtime
+    runtime, kyma = far_new_runtime
     ignored = module_of_its_own_kind("istio", "istio.example.com", "Istio")  # (its CR is only read)
     mandatory = module_of_its_own_kind("btp", "btp.example.com", "BtpOperator", mandatory=True)
     for group, kind in (("istio.example.com", "Istio"), ("btp.example.com", "BtpOperator")):
