@@ -13,7 +13,6 @@ runtime's first reconcile) is applied without a read: there is nothing to compar
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Sequence
@@ -112,9 +111,10 @@ def needs_check(ctx: ReconcileContext, doc: dict[str, Any]) -> bool:
     """Whether a check that can wait is due: in a full reconcile (which reads every kind) always,
     else when the object was never seen holding this content, or longer than
     ``RUNTIME_RECHECK_INTERVAL`` ago."""
-    if key_of(doc) in ctx.ahead.applied:
+    key = key_of(doc)
+    if key in ctx.ahead.applied:
         return False  # applied moments ago, with an earlier step's wave (:func:`apply_ahead`)
-    return ctx.full or not verified_recently(ctx, "|".join(key_of(doc)), digest_of(doc))
+    return ctx.full or not verified_recently(ctx, "|".join(key), digest_of(doc))
 
 
 # A check that found an object in place is noted again only once its note is this share of
@@ -191,12 +191,21 @@ def apply_all(
     client = ctx.client
     applies = [functools.partial(_apply_answer, client, docs[index]) for index, _ in due]
     early, reads = _ride_along(ctx, len(applies))
-    calls = [*applies, *(functools.partial(_apply_answer, client, doc) for doc in early), *reads]
+    calls = [
+        *applies,
+        *(functools.partial(_apply_answer, client, doc) for doc in early),
+        *(read for _, read in reads),
+    ]
     answers = all_at_once(calls, idle=client.idle_connections)
-    for doc, answer in zip(early, answers[len(applies) :], strict=False):
+    # (in the order of ``calls``: the wave's own applies, the early ones, then the reads)
+    early_answers = answers[len(applies) : len(applies) + len(early)]
+    for doc, answer in zip(early, early_answers, strict=True):
         if not isinstance(answer, RuntimeAPIError):  # (else its own step applies it, and says why)
             _applied(ctx, doc, answer, _Due(unread=True, drift=False), every_time=False, adopt_from=())
             ctx.ahead.applied.add(key_of(doc))
+    for (key, _), answer in zip(reads, answers[len(applies) + len(early) :], strict=True):
+        if key is not None and not isinstance(answer, RuntimeAPIError):  # (else its step reads it)
+            ctx.listed[key] = answer  # (:func:`live_object` answers from it)
     answers = answers[: len(applies)]
     failed: Exception | None = None
     for (index, how), answer in zip(due, answers, strict=True):
@@ -231,19 +240,35 @@ def apply_ahead(
 
 def read_ahead(ctx: ReconcileContext, step: str, read: Callable[[], object]) -> None:
     """Let a read of a later ``step`` ride along with an earlier wave (``ctx.ahead``). ``read``
-    keeps its result itself; it runs on another thread, must not touch the database, and its
-    errors are dropped (the step's own call, if made, reports them)."""
-    ctx.ahead.reads.append((step, functools.partial(_quietly, read)))
+    keeps its result itself (a kind's discovery: in the client's cache); it runs on another
+    thread, must not touch the database, and its errors are dropped (the step's own call, if
+    made, reports them)."""
+    ctx.ahead.reads.append((step, None, functools.partial(_read_answer, read)))
 
 
-def _quietly(read: Callable[[], object]) -> None:
-    with contextlib.suppress(RuntimeAPIError):
-        read()
+def read_again_ahead(ctx: ReconcileContext, step: str, doc: dict[str, Any]) -> None:
+    """Let a read of ``doc``'s object (just applied by ``step``: what was read of it before is
+    out of date, and forgotten) ride along with a later wave (:func:`read_ahead`). Its answer is
+    kept on ``ctx.listed``, as :func:`prefetch` keeps what it reads, so :func:`live_object`
+    answers from it, or reads the object itself when no wave took the read or it failed."""
+    key = key_of(doc)
+    ctx.listed.pop(key, None)
+    api_version, kind, namespace, name = key
+    read = functools.partial(ctx.client.get, api_version, kind, name, namespace or None)
+    ctx.ahead.reads.append((step, key, functools.partial(_read_answer, read)))
+
+
+def _read_answer(read: Callable[[], object]) -> object:
+    """The read's answer, or why it failed (returned, not raised: the wave goes on)."""
+    try:
+        return read()
+    except RuntimeAPIError as exc:
+        return exc
 
 
 def _ride_along(
     ctx: ReconcileContext, applies: int
-) -> tuple[list[dict[str, Any]], list[Callable[[], object]]]:
+) -> tuple[list[dict[str, Any]], list[tuple[ObjectKey | None, Callable[[], object]]]]:
     """What of ``ctx.ahead`` a wave of ``applies`` writes takes along: only a wave that writes, and
     only as many as idle connections can carry with the wave's own (no new connection: its
     handshake would cost the round trips the ride saves)."""

@@ -104,6 +104,15 @@ def desired(ctx: ReconcileContext) -> list[dict[str, Any]]:
     return docs
 
 
+def _desired_once(ctx: ReconcileContext) -> list[dict[str, Any]]:
+    """:func:`desired`, rendered once per reconcile (``ctx.rendered``): a first reconcile's
+    :func:`ahead` and :func:`sync` both need it, and nothing between them changes what it reads
+    (the catalog and this runtime's targets, each read once per reconcile)."""
+    if STEP not in ctx.rendered:
+        ctx.rendered[STEP] = desired(ctx)
+    return ctx.rendered[STEP]
+
+
 def render(ctx: ReconcileContext) -> list[dict[str, Any]]:
     """What this step wants in the runtime: the mirror's CRDs, then the mirror."""
     return [*crds(), *desired(ctx)]
@@ -128,7 +137,7 @@ def ahead(ctx: ReconcileContext) -> None:
         for crd in definitions:
             ctx.client.learn(crd)  # (the mirror's kinds need no discovery)
         apply_ahead(ctx, STEP, definitions)
-        apply_ahead(ctx, STEP, desired(ctx), after=definitions)
+        apply_ahead(ctx, STEP, _desired_once(ctx), after=definitions)
 
 
 def sync(ctx: ReconcileContext) -> None:
@@ -138,7 +147,7 @@ def sync(ctx: ReconcileContext) -> None:
     for crd in definitions:
         ctx.client.learn(crd)
     apply_all(ctx, definitions, every_time=False)
-    docs = desired(ctx)
+    docs = _desired_once(ctx)
     wanted = {"|".join(key_of(doc)) for doc in docs}
     listed = []
     for kind in KINDS:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleet import maintenance
-from fleet.k8s.client import RuntimeClient
+from fleet.k8s.client import ObjectKey, RuntimeClient
 from fleet.models import Kyma, KymaState, Module, RuntimeSync
 from fleet.models.bookkeeping import row_or_default
 from fleet.models.records import CHANGES_KEPT
@@ -78,20 +78,25 @@ class Ahead:
     """Calls a later step of the reconcile will make, registered early so that a wave of writes
     with room for them makes them at once (``reconciler.apply``: they ride along). ``docs``:
     objects never seen in this runtime, to apply (each with the step that owns it); ``reads``:
-    reads whose results the caller keeps itself (a kind's discovery in the client's cache), each
-    with its step. A step drops what is still pending of its own when it starts (it makes those
-    calls itself then); ``applied``: the objects applied so, which their step does not check again."""
+    reads, each with its step, whose results the caller keeps itself (a kind's discovery in the
+    client's cache) or that read an object again, whose answer the wave keeps on
+    :attr:`ReconcileContext.listed`. A step drops what is still pending of its own when it starts
+    (it makes those calls itself then); ``applied``: the objects applied so, which their step does
+    not check again."""
 
     # (step, doc, the keys of docs that must have been applied so first: a CRD before its objects)
     docs: list[tuple[str, dict[str, Any], frozenset]] = field(default_factory=list)
-    reads: list[tuple[str, Callable[[], object]]] = field(default_factory=list)
+    # (step, the key of the object it reads again, whose answer is kept on ``listed``, or None; the read)
+    reads: list[tuple[str, ObjectKey | None, Callable[[], object]]] = field(default_factory=list)
     applied: set[tuple[str, str, str, str]] = field(default_factory=set)  # docs' keys, once applied
 
     def drop(self, step: str) -> None:
         self.docs = [entry for entry in self.docs if entry[0] != step]
         self.reads = [entry for entry in self.reads if entry[0] != step]
 
-    def take(self, room: int) -> tuple[list[dict[str, Any]], list[Callable[[], object]]]:
+    def take(
+        self, room: int
+    ) -> tuple[list[dict[str, Any]], list[tuple[ObjectKey | None, Callable[[], object]]]]:
         """Up to ``room`` of the pending calls (reads first: they cost the runtime least; docs
         whose prerequisites were applied), taken."""
         reads, self.reads = self.reads[:room], self.reads[room:]
@@ -103,7 +108,7 @@ class Ahead:
             else:
                 left.append(entry)
         self.docs = left
-        return docs, [read for _, read in reads]
+        return docs, [(key, read) for _, key, read in reads]
 
     def __bool__(self) -> bool:
         return bool(self.docs or self.reads)
@@ -150,6 +155,10 @@ class ReconcileContext:
     # certificate, ModuleConfigs and SyncResources, read once for every Kyma of the batch.
     shared: Any = None
     ahead: Ahead = field(default_factory=Ahead)  # calls of later steps made with an earlier wave
+    # What a step rendered, by the step's name, for its own later use in this reconcile (the
+    # catalog's mirror: its ``ahead`` renders it, its sync applies it). A context is one reconcile
+    # of one runtime: nothing kept here outlives it.
+    rendered: dict[str, Any] = field(default_factory=dict)
     _catalog: dict[str, Module] | None = None
     _targets: KymaTargets | None = None
     _window: maintenance.WindowState | None = None

@@ -153,14 +153,33 @@ def sync(ctx: ReconcileContext) -> list[int]:
     return changed
 
 
+def _touched(ctx: ReconcileContext) -> list[tuple[Module, dict[str, Any]]]:
+    """The catalog's modules whose CRs this Kyma's step may touch, each with the entry it is
+    reconciled by: the Kyma's entries (whatever their policy: a CR of policy Ignore is read),
+    then the catalog's mandatory modules (the entry :func:`_mandatory` uses), those leaving the
+    catalog too (a leaving mandatory module's CR is deleted); a module the Kyma lists and the
+    catalog makes mandatory comes twice. :func:`render` (what is created) and :func:`ahead` (the
+    kinds discovered early) both choose from it, so they cannot drift apart."""
+    catalog = ctx.catalog()
+    found = [
+        (catalog[entry["name"]], entry) for entry in ctx.kyma.module_entries() if entry["name"] in catalog
+    ]
+    found += [(module, _mandatory_entry(module)) for module in catalog.values() if module.mandatory]
+    return found
+
+
+def _mandatory_entry(module: Module) -> dict[str, Any]:
+    """The Kyma entry a mandatory module is reconciled by (no Kyma lists it: its CR is created)."""
+    return {"name": module.name, "customResourcePolicy": "CreateAndDelete"}
+
+
 def ahead(ctx: ReconcileContext) -> None:
-    """The discovery of each module CR kind the step may create that the runtime's client does not
-    know yet (a new runtime's first reconcile, or the first since the worker started), made with an
-    earlier step's wave instead of a round trip of its own (:func:`.apply.read_ahead`)."""
-    catalog, client = ctx.catalog(), ctx.client
-    names = [entry["name"] for entry in ctx.kyma.module_entries()]
-    names += [module.name for module in catalog.values() if module.mandatory]
-    kinds = {(m.cr_api_version, m.cr_kind) for name in names if (m := catalog.get(name)) and m.cr_kind}
+    """The discovery of each module CR kind the step touches (:func:`_touched`) that the runtime's
+    client does not know yet (a new runtime's first reconcile, or the first since the worker
+    started), made with an earlier step's wave instead of a round trip of its own
+    (:func:`.apply.read_ahead`)."""
+    client = ctx.client
+    kinds = {(module.cr_api_version, module.cr_kind) for module, _ in _touched(ctx) if module.cr_kind}
     for api_version, kind in sorted(kinds):
         if not client.knows(api_version, kind):
             read_ahead(ctx, STEP, functools.partial(client.resource, api_version, kind))
@@ -172,20 +191,17 @@ def step(ctx: ReconcileContext) -> None:
 
 
 def render(ctx: ReconcileContext) -> list[dict[str, Any]]:
-    """The module CRs the control plane creates (policy CreateAndDelete): the Kyma's modules and
-    the catalog's mandatory ones."""
-    catalog = ctx.catalog()
-    names = [
-        e["name"]
-        for e in ctx.kyma.module_entries()
-        if e.get("managed", True) and e.get("customResourcePolicy", "CreateAndDelete") == "CreateAndDelete"
-    ]
-    names += [m.name for m in catalog.values() if m.mandatory and not m.is_deleting]
-    return [
-        module_resource(catalog[name], ctx.kyma.runtime_id)
-        for name in dict.fromkeys(names)
-        if name in catalog and not catalog[name].is_deleting
-    ]
+    """The module CRs the control plane creates (policy CreateAndDelete): of the Kyma's modules
+    and the catalog's mandatory ones (:func:`_touched`), those not leaving the catalog."""
+    created: dict[str, Module] = {}
+    for module, entry in _touched(ctx):
+        if (
+            entry.get("managed", True)
+            and entry.get("customResourcePolicy", "CreateAndDelete") == "CreateAndDelete"
+            and not module.is_deleting
+        ):
+            created.setdefault(module.name, module)
+    return [module_resource(module, ctx.kyma.runtime_id) for module in created.values()]
 
 
 def _mandatory(
@@ -198,8 +214,7 @@ def _mandatory(
     refused = downgrade(ctx, module, "", version, config)
     if refused is not None:
         version = refused.installed
-    entry = {"name": module.name, "customResourcePolicy": "CreateAndDelete"}
-    outcome = _one(ctx, module, entry, "", version, config, changed)
+    outcome = _one(ctx, module, _mandatory_entry(module), "", version, config, changed)
     outcome.policy = "CreateAndDelete"
     if refused is not None:
         outcome.state, outcome.message = KymaState.WARNING, refused.message

@@ -12,11 +12,10 @@ is an Error (upstream once reported it Ready).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from typing import Any
 
-from fleet.k8s.client import Permanent, RuntimeClient
+from fleet.k8s.client import Permanent
 from fleet.rollouts.targets import KymaTargets
 from kernel.documents.dockerconfig import DockerConfigError
 from pki import services as pki
@@ -42,7 +41,7 @@ from .apply import (
     needs_check,
     never_seen,
     prefetch,
-    read_ahead,
+    read_again_ahead,
 )
 from .context import FALSE, TRUE, ReconcileContext
 from .drift import describe
@@ -148,28 +147,22 @@ def sync(ctx: ReconcileContext, watchers: list[Watcher], watched: Sequence[Watch
         ctx.fatal = message
         return
     prefetch(ctx, [doc for doc in docs if ctx.full or doc["kind"] in EVERY_TIME or needs_check(ctx, doc)])
-    check_all = ctx.full or _pods_missing(ctx, next(doc for doc in docs if doc["kind"] == "Deployment"))
+    deployment = next(doc for doc in docs if doc["kind"] == "Deployment")
+    check_all = ctx.full or _pods_missing(ctx, deployment)
     if check_all:
         prefetch(ctx, docs)  # (the rest)
-    deployment, read_after = None, {}
+    in_place = None
     for wave in _waves(docs):
         for doc, live in zip(wave, _apply(ctx, wave, check_all=check_all), strict=True):
-            if doc["kind"] == "Deployment":
-                deployment = live
+            if doc is deployment:
+                in_place = live
                 if live is None:  # just applied: read again with the webhooks' wave, if it writes
-                    read_ahead(ctx, STEP, functools.partial(_read_deployment, ctx.client, read_after))
+                    read_again_ahead(ctx, STEP, doc)
     ctx.ahead.drop(STEP)
     _remove_legacy(ctx)
     ctx.sync.applied_watchers = sorted(rollout_mark(w) for w in watchers)
-    if deployment is None:  # just applied: its status is only known after the apply settled
-        deployment = read_after["live"] if "live" in read_after else _read_deployment(ctx.client, {})
-    readiness(ctx, deployment)
-
-
-def _read_deployment(client: RuntimeClient, into: dict[str, Any]) -> dict[str, Any] | None:
-    """The watcher's Deployment as the runtime holds it now (kept in ``into`` too)."""
-    into["live"] = client.get("apps/v1", "Deployment", NAME, NAMESPACE)
-    return into["live"]
+    # (just applied: its status is only known after the apply settled, read again)
+    readiness(ctx, in_place if in_place is not None else live_object(ctx, deployment))
 
 
 def _pods_missing(ctx: ReconcileContext, doc: dict[str, Any]) -> bool:

@@ -10,17 +10,10 @@ from fleet.models import FleetCounter
 from fleet.models.records import THROTTLED_MILLISECONDS, THROTTLED_REQUESTS
 from pki import services as pki
 from tests.reconciler.helpers import reconcile
+from tests.support.clock import Clock
 from tests.support.runtimes import connected_kyma, keda_module, klm_watcher
 
 pytestmark = pytest.mark.django_db
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_the_defaults_are_upstreams(settings):

@@ -9,18 +9,9 @@ from fleet.models import Kyma
 from listener import services
 from listener.cache import KEPT_FOR, Refresher, TTLCache
 from tests.factories import KymaFactory
+from tests.support.clock import Clock
 
 pytestmark = pytest.mark.django_db
-
-
-class Clock:
-    """A clock the test moves by hand (monotonic seconds)."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

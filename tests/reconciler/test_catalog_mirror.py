@@ -14,9 +14,11 @@ from fleet.models import DriftCount, Kyma, ModuleConfig, ReconcileRecord
 from fleet.services import kymas as kyma_services
 from fleet.services import modules as module_services
 from pki import services as pki
+from reconciler import catalog
 from reconciler.catalog_crds import module_release_meta_crd, module_template_crd
 from reconciler.run import kyma_reconcile_run
 from tests.factories import beside
+from tests.support.calls import calls_of
 from tests.support.crd_schema import assert_fits, crd_schema
 from tests.support.runtimes import connected_kyma, keda_module, klm_watcher
 
@@ -223,13 +225,8 @@ def test_given_the_kyma_deleted_then_the_mirror_goes_and_the_crds_stay(mirrored)
     assert runtime.get_object(CRDS, "moduletemplates.operator.kyma-project.io") is not None
 
 
-def test_given_a_first_reconcile_then_the_catalog_is_created_without_a_read(runtimes):
-    pki.ca_bootstrap()
-    klm_watcher()
-    keda_module()
-    runtime = runtimes()
-    kyma = connected_kyma(runtime)
-    runtime.counts.reset()
+def test_given_a_first_reconcile_then_the_catalog_is_created_without_a_read(new_runtime):
+    runtime, kyma = new_runtime
     kyma_reconcile_run(kyma.pk)
     for resource in (
         "moduletemplates.operator.kyma-project.io",
@@ -250,3 +247,13 @@ def test_the_timeline_says_what_the_mirror_removed(mirrored):
     removed = {"kind": "removed", "resource": "ModuleTemplate kyma-system/keda-1.1.0"}
     assert {**removed, "action": "deleted (left the catalog)"} in record.changes
     assert dt.timedelta(0) <= timezone.now() - record.started_at < dt.timedelta(minutes=1)
+
+
+def test_given_new_runtimes_then_each_first_reconcile_renders_the_mirror_once(new_runtime, runtimes):
+    second = runtimes()
+    for runtime, kyma in (new_runtime, (second, connected_kyma(second, name="k2"))):
+        with calls_of(catalog.desired) as renders:
+            kyma_reconcile_run(kyma.pk)
+        assert renders.count == 1, kyma.name  # (for its calls ahead and its own step; the first
+        # reconcile's render is not the second's)
+        assert writes_of(runtime, "moduletemplates.operator.kyma-project.io") == 2

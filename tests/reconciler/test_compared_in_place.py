@@ -10,11 +10,9 @@ from django.utils import timezone
 from fleet import queue
 from fleet.models import ModuleConfig, ReconcileRecord
 from fleet.services import modules as module_services
-from pki import services as pki
 from reconciler.drift import in_place_as_compared, remember_in_place
 from reconciler.run import kyma_reconcile_batch_run, kyma_reconcile_run
 from tests.factories import beside
-from tests.support.runtimes import connected_kyma, keda_module, klm_watcher
 
 WHERE = (1, "cluster-a", "apps/v1", "Deployment", "kyma-system", "skr-webhook")
 LIVE = {"metadata": {"uid": "u-1", "resourceVersion": "7"}}
@@ -49,12 +47,10 @@ def test_given_no_version_then_nothing_is_remembered():
 
 
 @pytest.mark.django_db
-def test_given_periodic_no_ops_compared_the_watcher_when_it_is_edited_then_the_next_one_repairs_it(runtimes):
-    pki.ca_bootstrap()
-    klm_watcher()
-    keda_module()
-    runtime = runtimes()
-    kyma = connected_kyma(runtime)
+def test_given_periodic_no_ops_compared_the_watcher_when_it_is_edited_then_the_next_one_repairs_it(
+    new_runtime,
+):
+    runtime, kyma = new_runtime
     kyma_reconcile_run(kyma.pk)
     module_services.moduleconfig_set_status(
         config=ModuleConfig.objects.get(kyma=kyma), status={"state": "Ready"}
