@@ -19,7 +19,7 @@ import functools
 import time
 from typing import Any
 
-from fleet.k8s.client import Gone
+from fleet.k8s.client import Exists, Gone
 from fleet.k8s.ownership import MANAGED_BY
 from fleet.models import Kyma, RuntimeSync
 from fleet.models.bookkeeping import row_write
@@ -135,7 +135,12 @@ def sync(ctx: ReconcileContext) -> dict[str, Any] | None:
     return live
 
 
-def _sync(ctx: ReconcileContext) -> dict[str, Any]:
+# How often the runtime's Kyma is read again when a user changed it between this reconcile's read
+# and its push of the control plane's spec (each time, the user's change is adopted first).
+PUSH_ATTEMPTS = 3
+
+
+def _sync(ctx: ReconcileContext, attempts: int = PUSH_ATTEMPTS) -> dict[str, Any]:
     kyma, client = ctx.kyma, ctx.client
     live = read(ctx, API_VERSION, "Kyma", NAME, NAMESPACE)
     if live is None:
@@ -149,6 +154,24 @@ def _sync(ctx: ReconcileContext) -> dict[str, Any]:
         ctx.change("applied", resource=f"Kyma {NAMESPACE}/{NAME}", action="created")
         _record(ctx, live, pushed=kyma.generation)
         return live
+    try:
+        return _both_ways(ctx, live)
+    except Exists:
+        if attempts <= 1:
+            raise
+        # A user changed the runtime's Kyma since this reconcile read it: written blindly, the
+        # control plane's spec (or the spec as read) would overwrite that change, and it would
+        # never be adopted. Read it again: the change is adopted, as it would have been had it
+        # come a moment earlier.
+        ctx.listed.pop((API_VERSION, "Kyma", NAMESPACE, NAME), None)
+        return _sync(ctx, attempts - 1)
+
+
+def _both_ways(ctx: ReconcileContext, live: dict[str, Any]) -> dict[str, Any]:
+    """The runtime's Kyma as read (``live``): a user's change is adopted, else the control plane's
+    new spec is pushed; our labels are put back. Every write is made only if the Kyma is still as
+    read (:class:`Exists` otherwise)."""
+    kyma, client = ctx.kyma, ctx.client
     live_generation = live.get("metadata", {}).get("generation", 0)
     if live_generation != ctx.sync.runtime_kyma_generation:
         channel, modules = _spec_of(live)
@@ -157,16 +180,25 @@ def _sync(ctx: ReconcileContext) -> dict[str, Any]:
             _adopt(ctx, channel, modules)
         _record(ctx, live, pushed=kyma.generation)
     elif kyma.generation != ctx.sync.pushed_generation:
-        live = client.apply(desired(kyma))
+        live = client.apply(_unless_changed_since(desired(kyma), live))
         ctx.change(
             "applied", resource=f"Kyma {NAMESPACE}/{NAME}", action="updated with the control plane's spec"
         )
         _record(ctx, live, pushed=kyma.generation)
     labels = live.get("metadata", {}).get("labels") or {}
     if any(labels.get(key) != value for key, value in desired(kyma)["metadata"]["labels"].items()):
-        live = client.apply({**desired(kyma), "spec": live.get("spec", {})})
+        live = client.apply(_unless_changed_since({**desired(kyma), "spec": live.get("spec", {})}, live))
         _record(ctx, live, pushed=kyma.generation)
     return live
+
+
+def _unless_changed_since(doc: dict[str, Any], live: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` applied only if the object is still as ``live`` read it (its resourceVersion: the
+    API server answers 409 Conflict otherwise, even to a forced apply)."""
+    version = live.get("metadata", {}).get("resourceVersion")
+    if not version:
+        return doc
+    return {**doc, "metadata": {**doc["metadata"], "resourceVersion": version}}
 
 
 def _apply_when_served(ctx: ReconcileContext, doc: dict[str, Any]) -> dict[str, Any]:

@@ -6,8 +6,13 @@ from __future__ import annotations
 
 import pytest
 from django.db import OperationalError, connection
+from django.utils import timezone
 
+from fleet.k8s.client import client_for
+from fleet.services import kymas as kyma_services
 from pki import services as pki
+from reconciler import runtime_kyma
+from reconciler.context import ReconcileContext
 from reconciler.run import kyma_reconcile_run
 from runtime_emulator import crd_manifest
 from tests.reconciler.helpers import conditions, reconcile
@@ -78,3 +83,27 @@ def test_given_the_database_fails_while_adopting_a_valid_spec_then_the_reconcile
     kyma.refresh_from_db()
     assert kyma.channel == "regular"
     assert conditions(kyma).get("Modules", ("", ""))[1] != "InvalidRuntimeSpec"
+
+
+def test_given_a_user_edit_after_the_kyma_was_read_when_the_control_plane_pushes_then_the_edit_is_adopted(
+    runtimes,
+):
+    runtime = runtimes()
+    kyma = connected_kyma(runtime)
+    reconcile(kyma)
+    kyma.channel = "fast"  # the control plane's spec changes: a push is due
+    kyma_services.kyma_save(kyma=kyma, reconcile=False)
+    ctx = ReconcileContext(kyma=kyma, now=timezone.now(), client=client_for(kyma.pk, kyma.kubeconfig))
+    # The reconcile has read the runtime's Kyma (as the events' reads and its prefetch keep it)...
+    key = (runtime_kyma.API_VERSION, "Kyma", runtime_kyma.NAMESPACE, runtime_kyma.NAME)
+    ctx.listed[key] = ctx.client.get(runtime_kyma.API_VERSION, "Kyma", "default", "kyma-system")
+    # ...when a user changes it in the runtime, before the push.
+    runtime.edit_as_user(
+        "Kyma", "default", lambda obj: obj["spec"].update(channel="experimental"), "kyma-system"
+    )
+
+    runtime_kyma.step(ctx)
+
+    kyma.refresh_from_db()
+    assert runtime.get_object("Kyma", "default", "kyma-system")["spec"]["channel"] == "experimental"
+    assert kyma.channel == "experimental"  # adopted, as a change a moment earlier would have been
