@@ -101,13 +101,13 @@ class PodNetwork:
         # address on the loopback interface (a runtime's node: its watcher binds that address,
         # BIND_ADDRESS, and reaches servers of the tests on 127.0.0.1 as they are)
         self.isolated = isolated
-        self.block = self._free_block()
+        self.block = self.free_block()
         self.gateway = f"10.244.{self.block}.1"
         self._free = list(range(2, 255))
         self._lock = threading.Lock()
 
     @classmethod
-    def _free_block(cls) -> int:
+    def free_block(cls) -> int:
         """A /24 no node of this process holds and no address or route of this machine is in
         (another test session's nodes, the kube tier's pod addresses)."""
         used = _ip("-4", "addr", "show").stdout + _ip("-4", "route", "show").stdout

@@ -15,7 +15,7 @@ HOLDER = """
 import sys
 from pathlib import Path
 from envtest.kubelet import PodNetwork
-print(PodNetwork._free_block(), flush=True)
+print(PodNetwork.free_block(), flush=True)
 sys.stdin.read()
 """
 
