@@ -462,7 +462,10 @@ class RawClient:
 
 
 def _processes() -> dict[int, tuple[int, str, float]]:
-    """pid -> (parent pid, command name, CPU seconds used) of every process now."""
+    """pid -> (parent pid, command name, CPU seconds used) of every process now. A process's CPU
+    includes that of its children it has waited for: a PostgreSQL backend that ended during the
+    run leaves its CPU with the postmaster (counted without it, a role's CPU could shrink over a
+    run, and a per-operation figure come out negative)."""
     tick = os.sysconf("SC_CLK_TCK")
     found = {}
     for entry in Path("/proc").iterdir():
@@ -473,7 +476,8 @@ def _processes() -> dict[int, tuple[int, str, float]]:
         except OSError:
             continue
         name, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
-        found[int(entry.name)] = (int(rest[1]), name, (int(rest[11]) + int(rest[12])) / tick)
+        # (utime, stime, cutime, cstime: proc(5))
+        found[int(entry.name)] = (int(rest[1]), name, sum(int(field) for field in rest[11:15]) / tick)
     return found
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import fcntl
 import hashlib
 import json
 import logging
@@ -40,6 +41,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -87,27 +89,49 @@ class PodNetwork:
 
     _taken: set[int] = set()  # blocks of this process's nodes
     _taking = threading.Lock()
+    # A block is held, across processes (each xdist worker, each test session), by a lock on a
+    # file of its own, open for as long as this process lives: the kernel lets go of it when the
+    # process ends, however it ends. Looking at the machine's addresses alone left a race: two
+    # processes could pick the same block before either had given a pod an address in it.
+    _held: dict[int, int] = {}
+    BLOCK_LOCKS = Path(tempfile.gettempdir()) / "envtest-pod-blocks"
 
     def __init__(self, *, isolated: bool = True) -> None:
         # isolated: a network namespace per pod; else every pod shares this machine's, its
         # address on the loopback interface (a runtime's node: its watcher binds that address,
         # BIND_ADDRESS, and reaches servers of the tests on 127.0.0.1 as they are)
         self.isolated = isolated
-        self.block = self._free_block()
+        self.block = self.free_block()
         self.gateway = f"10.244.{self.block}.1"
         self._free = list(range(2, 255))
         self._lock = threading.Lock()
 
     @classmethod
-    def _free_block(cls) -> int:
+    def free_block(cls) -> int:
         """A /24 no node of this process holds and no address or route of this machine is in
         (another test session's nodes, the kube tier's pod addresses)."""
         used = _ip("-4", "addr", "show").stdout + _ip("-4", "route", "show").stdout
+        cls.BLOCK_LOCKS.mkdir(exist_ok=True)
         with cls._taking:
             free = [b for b in range(1, 255) if b not in cls._taken and f"10.244.{b}." not in used]
-            block = random.choice(free)
-            cls._taken.add(block)
-        return block
+            random.shuffle(free)
+            for block in free:
+                if cls._hold(block):
+                    cls._taken.add(block)
+                    return block
+        raise RuntimeError("pod network: every 10.244.<block>.0/24 is in use on this machine")
+
+    @classmethod
+    def _hold(cls, block: int) -> bool:
+        """Whether this process now holds ``block`` (no other live process does)."""
+        fd = os.open(cls.BLOCK_LOCKS / str(block), os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        cls._held[block] = fd
+        return True
 
     def create(self, uid: str) -> tuple[str, str]:
         """(network namespace name, pod address) of a new sandbox."""

@@ -80,7 +80,7 @@ class PodAddresses:
     """``/32`` addresses on the loopback interface, one per pod, removed again on release."""
 
     def __init__(self) -> None:
-        self.block = random.randrange(1, 255)  # 10.244.<block>.0/24 for this node
+        self.block = PodNetwork.free_block()  # 10.244.<block>.0/24 for this node, held by this process
         self._free = list(range(2, 255))
         self._held: set[str] = set()
 
@@ -91,7 +91,7 @@ class PodAddresses:
             if result.returncode == 0:
                 self._held.add(address)
                 return address
-            if "File exists" not in result.stderr:
+            if "File exists" not in result.stderr and "already assigned" not in result.stderr:
                 raise RuntimeError(f"cannot add pod address {address} to lo: {result.stderr.strip()}")
         raise RuntimeError("no pod addresses left on this node")
 
