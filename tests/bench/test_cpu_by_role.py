@@ -2,33 +2,27 @@
 
 from __future__ import annotations
 
-import subprocess
+import os
 import sys
 
 from bench.common import cpu_by_role
+from tests.support.processes import Process
 
-# A parent that starts a child burning about 0.3 s of CPU, waits for it, then waits on its stdin.
+# A parent that starts a child burning about 0.3 s of CPU, waits for it, then stays.
 BURN = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass"
 PARENT = f"""
-import subprocess, sys
+import subprocess, sys, time
 subprocess.run([sys.executable, "-c", {BURN!r}])
 print("child done", flush=True)
-sys.stdin.read()
+time.sleep(600)
 """
 
 
 def test_given_a_child_that_ended_then_its_cpu_stays_with_its_role():
-    parent = subprocess.Popen(
-        [sys.executable, "-c", PARENT],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    parent = Process("parent", [sys.executable, "-c", PARENT], dict(os.environ))
     try:
-        assert parent.stdout.readline().strip() == "child done"  # the child ended and was reaped
-        used = cpu_by_role({"role": [parent.pid]})["role"]
+        parent.wait_for_line("child done")  # the child ended and was reaped
+        used = cpu_by_role({"role": [parent.proc.pid]})["role"]
         assert used >= 0.25, used
     finally:
-        parent.kill()
-        parent.wait(timeout=10)
+        parent.stop()
