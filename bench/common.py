@@ -131,7 +131,10 @@ def _stop_everything() -> None:
                 os.kill(pid, signal.SIGKILL)
 
 
-def setup_django(name: str) -> None:
+def setup_django(name: str, *, static: bool = False) -> None:
+    """Django on the benchmark's database, migrated; ``static``: the static files collected too,
+    for a benchmark that renders pages (production's manifest storage names every file a
+    template uses, and fails on a file it lacks). The others skip it: it takes seconds."""
     # A benchmark stopped with SIGTERM (kill, timeout) or SIGHUP still runs its ``finally`` blocks
     # and the exit handler below, which stop the servers and workers it started in sessions of
     # their own; left running, they kept taking tasks from the bench's broker database and CPU
@@ -167,7 +170,8 @@ def setup_django(name: str) -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
-    call_command("collectstatic", interactive=False, verbosity=0)
+    if static:
+        call_command("collectstatic", interactive=False, verbosity=0)
 
 
 def percentile(values: list[float], pct: float) -> float:
