@@ -325,6 +325,28 @@ def wait_port(port: int, proc: subprocess.Popen, timeout: float = 60) -> None:
     raise TimeoutError(f"port {port} not open")
 
 
+def wait_tls(port: int, proc: subprocess.Popen, timeout: float = 60) -> None:
+    """Until a worker of this TLS server answers a handshake (a gunicorn master listens, and the
+    kernel queues connections, long before its worker has loaded the app); refusing a client
+    without a certificate is an answer too. Raises when the server exits first."""
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        wait_port(port, proc, max(0.0, deadline - time.monotonic()))
+        try:
+            with (
+                socket.create_connection(("127.0.0.1", port), timeout=1) as raw,
+                context.wrap_socket(raw, server_hostname="localhost"),
+            ):
+                return
+        except ssl.SSLError:
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise TimeoutError(f"no TLS handshake on port {port} after {timeout:.0f} s")
+
+
 def start_listener(port: int, env: dict) -> subprocess.Popen:
     argv = [sys.executable, str(ROOT / "manage.py"), "serve", "listener", "--bind", f"127.0.0.1:{port}"]
     return spawn(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -55,7 +55,7 @@ from common import (
     spawn,
     start_listener,
     stop_processes,
-    wait_port,
+    wait_tls,
 )
 
 if os.environ.get("BENCH_BROKER_URL"):
@@ -218,8 +218,7 @@ def serving(server: subprocess.Popen, port: int, warm_up: tuple | None = None) -
     """A started server, once it accepts connections (and answered ``warm_up``'s requests);
     stopped afterwards."""
     try:
-        wait_port(port, server)
-        time.sleep(1)
+        wait_tls(port, server)
         if warm_up is not None:
             warm(port, *warm_up)
         yield
@@ -314,7 +313,7 @@ def main() -> None:
     parser.add_argument("--server-threads", default="8", help="threads per listener process")
     args = parse_args(
         parser,
-        smoke={"seconds": 1.0, "rounds": 1, "clients": 1, "threads": 2, "kymas": 4, "workers": "1"},
+        smoke={"seconds": 0.5, "rounds": 1, "clients": 1, "threads": 2, "kymas": 4, "workers": "1"},
     )
 
     directory = Path(tempfile.mkdtemp(prefix="bench-listener-"))
@@ -330,7 +329,7 @@ def main() -> None:
     )
     print(f"database: {database_label()}; broker: {os.environ.get('CELERY_BROKER_URL', 'filesystem')}")
     print(
-        f"{args.clients} client processes x {args.threads} connections, {args.seconds:.0f} s each, "
+        f"{args.clients} client processes x {args.threads} connections, {args.seconds:g} s each, "
         f"{args.workers} listener workers, {os.cpu_count()} CPUs\n"
     )
 
