@@ -84,15 +84,25 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
         os.killpg(proc.pid, sig)
 
 
+def stop_begin(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM each process now and go on (:func:`stop_processes` waits for them later, without
+    signalling them again): a Celery worker takes seconds to stop, which other work can use."""
+    for proc in procs:
+        if proc.poll() is None and proc not in _terminated:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+            _terminated.add(proc)
+
+
+_terminated: set[subprocess.Popen] = set()
+
+
 def stop_processes(procs: list[subprocess.Popen], timeout: float = 20) -> None:
     """SIGTERM each process (as Kubernetes does: the process stops its own children; a prefork
     worker whose pool processes got the signal too hung in its warm shutdown), wait up to
     ``timeout`` seconds for all of them, then SIGKILL their groups (what did not stop, and
     children left behind by a parent that did). Never raises."""
-    for proc in procs:
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGTERM)
+    stop_begin(procs)
     deadline = time.monotonic() + timeout
     for proc in procs:
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -103,6 +113,7 @@ def stop_processes(procs: list[subprocess.Popen], timeout: float = 20) -> None:
             proc.wait(5)
         if proc in _started:
             _started.remove(proc)
+        _terminated.discard(proc)
 
 
 def marked_processes(mark: str) -> list[int]:
@@ -418,9 +429,15 @@ def start_listener(port: int, env: dict) -> subprocess.Popen:
 
 
 def start_workers(
-    count: int, *, pool: str | None = None, concurrency: int | None = None, **env: str
+    count: int,
+    *,
+    pool: str | None = None,
+    concurrency: int | None = None,
+    name: str = "bench",
+    **env: str,
 ) -> list[subprocess.Popen]:
-    """``count`` Celery worker processes (``concurrency`` pool slots each), in their own sessions.
+    """``count`` Celery worker processes (``concurrency`` pool slots each), in their own sessions,
+    named ``<name><number>@<host>`` (workers still stopping answer to their own names only).
     Without ``pool``/``concurrency``: the production defaults (``WORKER_POOL``,
     ``WORKER_CONCURRENCY``)."""
     from django.conf import settings
@@ -446,9 +463,9 @@ def start_workers(
             "--without-gossip",
             "--without-heartbeat",
             "-n",
-            f"bench{number}@%h",
+            f"{name}{number}@%h",
         ]
-        log = open(state_dir() / f"worker-{number}.log", "w")  # noqa: SIM115 - the child's output
+        log = open(state_dir() / f"worker-{name}{number}.log", "w")  # noqa: SIM115 - the child's output
         procs.append(
             spawn(
                 argv,
@@ -462,7 +479,7 @@ def start_workers(
         log.close()
     wait_for_workers(
         {
-            f"bench{number}@{socket.gethostname()}": (proc, state_dir() / f"worker-{number}.log")
+            f"{name}{number}@{socket.gethostname()}": (proc, state_dir() / f"worker-{name}{number}.log")
             for number, proc in enumerate(procs)
         }
     )
