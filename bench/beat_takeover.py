@@ -122,7 +122,7 @@ def main() -> None:
     )
     parser.add_argument("--poll", type=float, default=None, help="BEAT_STANDBY_POLL (default: the setting's)")
     parser.add_argument("--sweep", type=float, default=2.0, help="RECONCILE_SWEEP_INTERVAL")
-    args = parse_args(parser, smoke={"kills": 1, "sweep": 1.0, "lease": 2.0, "poll": 0.25})
+    args = parse_args(parser, smoke={"kills": 1, "sweep": 0.5, "lease": 2.0, "poll": 0.25})
     lease = args.lease or settings.BEAT_LEASE_SECONDS
     poll = args.poll or settings.BEAT_STANDBY_POLL
     print(

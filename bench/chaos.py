@@ -648,7 +648,7 @@ def main() -> None:
     args = parse_args(
         parser,
         smoke={
-            "duration": 8.0,
+            "duration": 6.0,
             "runtimes": 2,
             "edit_every": 1.0,
             "kill_every": 2.0,

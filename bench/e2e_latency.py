@@ -55,6 +55,7 @@ from common import (
     setup_django,
     start_listener,
     start_workers,
+    stop_begin,
     stop_processes,
     wait_port,
 )
@@ -302,6 +303,7 @@ def main() -> None:
             try:
                 run(host, args, port, directory)
             finally:
+                stop_begin(workers)  # (they take seconds to stop: meanwhile the watchers stop)
                 host.run(kubelet.aclose())
     finally:
         stop_processes([*workers, listener])
