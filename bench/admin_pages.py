@@ -21,7 +21,7 @@ import uuid
 
 from common import database_label, measure_page, parse_args, setup_django, summary
 
-setup_django("admin_pages")
+setup_django("admin_pages", static=True)
 
 from django.conf import settings
 from django.contrib.auth import get_user_model

@@ -15,7 +15,7 @@ import uuid
 
 from common import database_label, measure_page, parse_args, setup_django, summary
 
-setup_django("api_list")
+setup_django("api_list", static=True)
 
 from django.contrib.auth import get_user_model
 from django.test import Client

@@ -122,7 +122,7 @@ def main() -> None:
     )
     parser.add_argument("--poll", type=float, default=None, help="BEAT_STANDBY_POLL (default: the setting's)")
     parser.add_argument("--sweep", type=float, default=2.0, help="RECONCILE_SWEEP_INTERVAL")
-    args = parse_args(parser, smoke={"kills": 1, "sweep": 1.0})
+    args = parse_args(parser, smoke={"kills": 1, "sweep": 0.5, "lease": 2.0, "poll": 0.25})
     lease = args.lease or settings.BEAT_LEASE_SECONDS
     poll = args.poll or settings.BEAT_STANDBY_POLL
     print(
@@ -143,6 +143,11 @@ def main() -> None:
         """Whether a sweep of this lease term is in the queue (what is there is kept in ``sent``)."""
         sent.extend(drain())
         return any(int(headers["beat_term"]) == term for headers in sent)
+
+    def sweeps_of(term: int) -> int:
+        """How many sweeps of this lease term were sent (what is in the queue is kept in ``sent``)."""
+        sent.extend(drain())
+        return sum(int(headers["beat_term"]) == term for headers in sent)
 
     def kill_leader(holder: str, term: int) -> tuple[int, float, tuple[str, int]]:
         """SIGKILL the beat holding the lease; (its number, when, the next leader) once one took it."""
@@ -175,9 +180,12 @@ def main() -> None:
                 f"kill {kill + 1}: lease taken over after {takeovers[-1]:5.2f} s, first sweep of the new "
                 f"leader after {first_sweeps[-1]:5.2f} s (term {term}, {holder})"
             )
+            if kill == args.kills - 1:  # the third beat of the double kill starts beside the restart
+                beats[args.beats] = start_beat(args.beats, args)
             restart(number)
         # Back to back: a third beat stands by, the leader dies, then its successor as it takes over.
-        beats[args.beats] = start_beat(args.beats, args)
+        if args.beats not in beats:
+            beats[args.beats] = start_beat(args.beats, args)
         wait(lambda: standing_by(args.beats) > 0, "the third beat standing by", 120, 0.1)
         wait(lambda term=term: swept_in(term), "a sweep of the leader", 30)
         _, killed, (holder, term) = kill_leader(holder, term)
@@ -185,8 +193,8 @@ def main() -> None:
         double = time.monotonic() - killed
         print(f"leader and successor killed back to back: a leader again after {double:5.2f} s (term {term})")
         wait(lambda term=term: swept_in(term), "the third leader's first sweep", 30)
-        time.sleep(args.sweep * 2)  # the last leader's next ticks, for the gap check
-        sent.extend(drain())
+        # The last leader's next two ticks, for the gap check.
+        wait(lambda term=term: sweeps_of(term) >= 3, "the third leader's next sweeps", 30)
     finally:
         stop_processes(list(beats.values()))
     runs = sorted(dt.datetime.fromisoformat(h["beat_run_at"]) for h in sent if h.get("beat_run_at"))

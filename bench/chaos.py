@@ -93,7 +93,6 @@ from common import (
     spawn,
     state_dir,
     stop_processes,
-    wait_port,
 )
 
 
@@ -254,7 +253,7 @@ from django_celery_beat.models import PeriodicTask
 
 from controlplane.beat import LEASE_NAME
 from controlplane.leases import lease_current
-from fleet.models import Kyma, ReconcileRecord
+from fleet.models import Kyma, ReconcileRecord, ReconcileState
 from listener.models import WatchEventRecord
 from pki import services as pki
 from runtime_emulator import EmulatorHost
@@ -288,15 +287,23 @@ class Balancer:
     def down(self, backend: int) -> None:
         self.ready.discard(backend)
 
+    def probe(self) -> set[int]:
+        """Probe every listener once now (as the periodic probe does); returns those Ready."""
+        found = set()
+        for backend, side in self.probes.items():
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{side}/readyz", timeout=5) as answer:
+                    ok = answer.status == 200
+            except OSError:
+                ok = False
+            (self.ready.add if ok else self.ready.discard)(backend)
+            if ok:
+                found.add(backend)
+        return found
+
     def _probe(self) -> None:
         while not self.closed.is_set():
-            for backend, side in self.probes.items():
-                try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{side}/readyz", timeout=5) as answer:
-                        ok = answer.status == 200
-                except OSError:
-                    ok = False
-                (self.ready.add if ok else self.ready.discard)(backend)
+            self.probe()
             self.closed.wait(self.PROBE_PERIOD)
 
     def _accept(self) -> None:
@@ -413,6 +420,21 @@ class Fleet:
             return " ready." in self._log_since_start(name)
         return self.standing_by(name)
 
+    def wait_serving(self, timeout: float) -> None:
+        """Until every process serves and the balancer counts every listener Ready: the runtime
+        watchers, which start with their runtimes, then reach a listener with their first
+        heartbeat (a failed one is tried again only a heartbeat interval later)."""
+        deadline = time.monotonic() + timeout
+        listeners = {self.ports[name] for name in self.procs if name.startswith("listener")}
+        while not (all(self.serves(name) for name in self.procs) and self.balancer.probe() >= listeners):
+            for name, proc in self.procs.items():
+                if proc.poll() is not None:
+                    said = self._log_since_start(name)[-3000:]
+                    raise RuntimeError(f"{name} exited with {proc.returncode}:\n{said}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"not every role serves after {timeout:.0f} s (logs in {state_dir()})")
+            time.sleep(0.1)
+
     def kill(self, name: str) -> None:
         proc = self.procs[name]
         with contextlib.suppress(ProcessLookupError):
@@ -488,6 +510,21 @@ def unreconciled(edits: list[tuple[str, float]], kymas: dict[str, int]) -> int:
     )
 
 
+def records_written(ids: list[int], deadline: float) -> None:
+    """Until the reconciles still running have written their records (a batch writes them at its
+    end): no Kyma's lease is held, and the records counted did not change since the last look."""
+    seen = -1
+    while time.monotonic() < deadline:
+        held = ReconcileState.objects.filter(kyma_id__in=ids, lease_until__gt=timezone.now()).exclude(
+            lease_owner=""
+        )
+        count = ReconcileRecord.objects.filter(kyma_id__in=ids).count()
+        if count == seen and not held.exists():
+            return
+        seen = count
+        time.sleep(0.2)
+
+
 def wait_ready(kymas: list[Kyma], timeout: float) -> None:
     """Until every Kyma is Ready and its watcher reported (the runtime watchers run)."""
     ids = [k.pk for k in kymas]
@@ -498,7 +535,7 @@ def wait_ready(kymas: list[Kyma], timeout: float) -> None:
         ).count()
         if ready == len(ids):
             return
-        time.sleep(1)
+        time.sleep(0.2)
     raise TimeoutError(
         f"not every Kyma Ready with a reporting watcher in {timeout:.0f} s (logs in {state_dir()})"
     )
@@ -611,10 +648,10 @@ def main() -> None:
     args = parse_args(
         parser,
         smoke={
-            "duration": 12.0,
+            "duration": 6.0,
             "runtimes": 2,
             "edit_every": 1.0,
-            "kill_every": 5.0,
+            "kill_every": 2.0,
             "outage": "2-2",
             "calm": 30.0,
             "settle": 90.0,
@@ -641,6 +678,9 @@ def main() -> None:
         # would hide an event that was lost.
         "RECONCILE_READY_INTERVAL": "86400",
         "WATCHER_HEARTBEAT_INTERVAL": "30",
+        # (the smoke: a runtime still Processing at its first reconciles is looked at again
+        # after 1 s, not 5 s, on its way to Ready)
+        **({"RECONCILE_PROCESSING_INTERVAL": "1"} if args.smoke else {}),
     }
     fleet = Fleet(env, ports, balancer)
     names = [f"{role}-{n}" for role in ROLES for n in (1, 2)]
@@ -656,8 +696,7 @@ def main() -> None:
     try:
         for name in names:
             fleet.start(name)
-        for name in ("web-1", "web-2", "listener-1", "listener-2"):
-            wait_port(ports[name], fleet.procs[name], timeout=180)
+        fleet.wait_serving(timeout=180)
         with EmulatorHost(kubelet=kubelet) as host:
             try:
                 result = run(host, kubelet, fleet, args, rng, outage_range)
@@ -790,8 +829,8 @@ def run(host, kubelet, fleet: Fleet, args, rng: random.Random, outage_range: tup
     while time.monotonic() < deadline and (
         converged(runtimes, kymas) < len(runtimes) or unreconciled(edits, kymas)
     ):
-        time.sleep(1)
-    time.sleep(3)  # the last reconciles' records
+        time.sleep(0.2)
+    records_written(list(kymas.values()), deadline)
     sweeps.stop.set()
     return {
         "duration": duration,

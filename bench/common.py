@@ -84,16 +84,27 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
         os.killpg(proc.pid, sig)
 
 
+def stop_begin(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM each process now and go on (:func:`stop_processes` waits for them later, without
+    signalling them again): a Celery worker takes seconds to stop, which other work can use."""
+    for proc in procs:
+        if proc.poll() is None and proc not in _terminated:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+            _terminated.add(proc)
+
+
+_terminated: set[subprocess.Popen] = set()
+
+
 def stop_processes(procs: list[subprocess.Popen], timeout: float = 20) -> None:
     """SIGTERM each process (as Kubernetes does: the process stops its own children; a prefork
     worker whose pool processes got the signal too hung in its warm shutdown), wait up to
     ``timeout`` seconds for all of them, then SIGKILL their groups (what did not stop, and
     children left behind by a parent that did). Never raises."""
-    for proc in procs:
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGTERM)
+    stop_begin(procs)
     deadline = time.monotonic() + timeout
+    _wake_workers([proc for proc in procs if proc in _workers], deadline)
     for proc in procs:
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(max(0.0, deadline - time.monotonic()))
@@ -103,6 +114,23 @@ def stop_processes(procs: list[subprocess.Popen], timeout: float = 20) -> None:
             proc.wait(5)
         if proc in _started:
             _started.remove(proc)
+        _terminated.discard(proc)
+        _workers.pop(proc, None)
+
+
+# Celery workers start_workers started: their node names.
+_workers: dict[subprocess.Popen, str] = {}
+
+
+def _wake_workers(procs: list[subprocess.Popen], deadline: float) -> None:
+    """Until these stopping Celery workers are gone: pings to them. On a polling broker (the
+    filesystem one) a worker sees its stop signal only once its wait for a message (2 s) ends,
+    twice over (its loop waits once more before it goes): 2-4 s. A message ends the wait."""
+    with contextlib.suppress(Exception):
+        from controlplane.celery import app
+
+        while time.monotonic() < deadline and (alive := [p for p in procs if p.poll() is None]):
+            app.control.ping(destination=[_workers[p] for p in alive], timeout=0.2)
 
 
 def marked_processes(mark: str) -> list[int]:
@@ -131,7 +159,10 @@ def _stop_everything() -> None:
                 os.kill(pid, signal.SIGKILL)
 
 
-def setup_django(name: str) -> None:
+def setup_django(name: str, *, static: bool = False) -> None:
+    """Django on the benchmark's database, migrated; ``static``: the static files collected too,
+    for a benchmark that renders pages (production's manifest storage names every file a
+    template uses, and fails on a file it lacks). The others skip it: it takes seconds."""
     # A benchmark stopped with SIGTERM (kill, timeout) or SIGHUP still runs its ``finally`` blocks
     # and the exit handler below, which stop the servers and workers it started in sessions of
     # their own; left running, they kept taking tasks from the bench's broker database and CPU
@@ -166,8 +197,74 @@ def setup_django(name: str) -> None:
     django.setup()
     from django.core.management import call_command
 
-    call_command("migrate", verbosity=0)
-    call_command("collectstatic", interactive=False, verbosity=0)
+    fresh = _sqlite_fresh()
+    if fresh is not None:
+        _sqlite_from_template(fresh)
+    call_command("migrate", verbosity=0)  # (a database made from the template: nothing to do)
+    if fresh is not None:
+        _sqlite_template_keep(fresh)
+    if static:
+        call_command("collectstatic", interactive=False, verbosity=0)
+
+
+# Fresh SQLite databases (a smoke's, in a new state directory) start as a copy of one migrated
+# before, kept per set of migrations: migrating from nothing took 1.7 s of every smoke.
+SQLITE_TEMPLATES = ROOT / ".state" / "bench-sqlite"
+
+
+def _sqlite_fresh() -> Path | None:
+    """The template a new SQLite database starts from (its path names every migration's text);
+    None when the database is not SQLite or exists already (it is migrated as it is)."""
+    import hashlib
+
+    import django
+    from django.apps import apps
+    from django.db import connection
+
+    if connection.vendor != "sqlite" or Path(connection.settings_dict["NAME"]).exists():
+        return None
+    digest = hashlib.sha256(str(django.VERSION).encode())
+    for app in sorted(apps.get_app_configs(), key=lambda app: app.label):
+        for path in sorted((Path(app.path) / "migrations").glob("*.py")):
+            digest.update(f"{app.label}/{path.name}\0".encode() + path.read_bytes())
+    return SQLITE_TEMPLATES / f"{digest.hexdigest()[:24]}.sqlite3"
+
+
+def _sqlite_copy(source: Path, target: Path) -> None:
+    """SQLite's online backup: a consistent copy whatever its journal holds."""
+    import sqlite3
+
+    with (
+        contextlib.closing(sqlite3.connect(source)) as src,
+        contextlib.closing(sqlite3.connect(target)) as dst,
+    ):
+        src.backup(dst)
+
+
+def _sqlite_from_template(template: Path) -> None:
+    from django.db import connection
+
+    if template.exists():
+        connection.close()
+        _sqlite_copy(template, Path(connection.settings_dict["NAME"]))
+
+
+def _sqlite_template_keep(template: Path) -> None:
+    """After the first migration of a set: the database, as migrated, becomes its template
+    (written aside and renamed: benchmarks that run side by side may both write it), and the
+    templates of other sets go."""
+    from django.db import connection
+
+    if template.exists():
+        return
+    template.parent.mkdir(parents=True, exist_ok=True)
+    part = template.with_name(f"{template.name}.{os.getpid()}")
+    connection.close()
+    _sqlite_copy(Path(connection.settings_dict["NAME"]), part)
+    part.replace(template)
+    for other in SQLITE_TEMPLATES.glob("*.sqlite3"):
+        if other != template:
+            other.unlink(missing_ok=True)
 
 
 def percentile(values: list[float], pct: float) -> float:
@@ -321,15 +418,43 @@ def wait_port(port: int, proc: subprocess.Popen, timeout: float = 60) -> None:
     raise TimeoutError(f"port {port} not open")
 
 
+def wait_tls(port: int, proc: subprocess.Popen, timeout: float = 60) -> None:
+    """Until a worker of this TLS server answers a handshake (a gunicorn master listens, and the
+    kernel queues connections, long before its worker has loaded the app); refusing a client
+    without a certificate is an answer too. Raises when the server exits first."""
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        wait_port(port, proc, max(0.0, deadline - time.monotonic()))
+        try:
+            with (
+                socket.create_connection(("127.0.0.1", port), timeout=1) as raw,
+                context.wrap_socket(raw, server_hostname="localhost"),
+            ):
+                return
+        except ssl.SSLError:
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise TimeoutError(f"no TLS handshake on port {port} after {timeout:.0f} s")
+
+
 def start_listener(port: int, env: dict) -> subprocess.Popen:
     argv = [sys.executable, str(ROOT / "manage.py"), "serve", "listener", "--bind", f"127.0.0.1:{port}"]
     return spawn(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
 def start_workers(
-    count: int, *, pool: str | None = None, concurrency: int | None = None, **env: str
+    count: int,
+    *,
+    pool: str | None = None,
+    concurrency: int | None = None,
+    name: str = "bench",
+    **env: str,
 ) -> list[subprocess.Popen]:
-    """``count`` Celery worker processes (``concurrency`` pool slots each), in their own sessions.
+    """``count`` Celery worker processes (``concurrency`` pool slots each), in their own sessions,
+    named ``<name><number>@<host>`` (workers still stopping answer to their own names only).
     Without ``pool``/``concurrency``: the production defaults (``WORKER_POOL``,
     ``WORKER_CONCURRENCY``)."""
     from django.conf import settings
@@ -355,9 +480,9 @@ def start_workers(
             "--without-gossip",
             "--without-heartbeat",
             "-n",
-            f"bench{number}@%h",
+            f"{name}{number}@%h",
         ]
-        log = open(state_dir() / f"worker-{number}.log", "w")  # noqa: SIM115 - the child's output
+        log = open(state_dir() / f"worker-{name}{number}.log", "w")  # noqa: SIM115 - the child's output
         procs.append(
             spawn(
                 argv,
@@ -369,10 +494,12 @@ def start_workers(
             )
         )
         log.close()
+    nodes = {f"{name}{number}@{socket.gethostname()}": proc for number, proc in enumerate(procs)}
+    _workers.update({proc: node for node, proc in nodes.items()})
     wait_for_workers(
         {
-            f"bench{number}@{socket.gethostname()}": (proc, state_dir() / f"worker-{number}.log")
-            for number, proc in enumerate(procs)
+            node: (proc, state_dir() / f"worker-{name}{number}.log")
+            for number, (node, proc) in enumerate(nodes.items())
         }
     )
     return procs

@@ -55,7 +55,7 @@ from common import (
     spawn,
     start_listener,
     stop_processes,
-    wait_port,
+    wait_tls,
 )
 
 if os.environ.get("BENCH_BROKER_URL"):
@@ -218,8 +218,7 @@ def serving(server: subprocess.Popen, port: int, warm_up: tuple | None = None) -
     """A started server, once it accepts connections (and answered ``warm_up``'s requests);
     stopped afterwards."""
     try:
-        wait_port(port, server)
-        time.sleep(1)
+        wait_tls(port, server)
         if warm_up is not None:
             warm(port, *warm_up)
         yield
@@ -314,7 +313,7 @@ def main() -> None:
     parser.add_argument("--server-threads", default="8", help="threads per listener process")
     args = parse_args(
         parser,
-        smoke={"seconds": 1.0, "rounds": 1, "clients": 1, "threads": 2, "kymas": 4, "workers": "1"},
+        smoke={"seconds": 0.5, "rounds": 1, "clients": 1, "threads": 2, "kymas": 4, "workers": "1"},
     )
 
     directory = Path(tempfile.mkdtemp(prefix="bench-listener-"))
@@ -330,42 +329,51 @@ def main() -> None:
     )
     print(f"database: {database_label()}; broker: {os.environ.get('CELERY_BROKER_URL', 'filesystem')}")
     print(
-        f"{args.clients} client processes x {args.threads} connections, {args.seconds:.0f} s each, "
+        f"{args.clients} client processes x {args.threads} connections, {args.seconds:g} s each, "
         f"{args.workers} listener workers, {os.cpu_count()} CPUs\n"
     )
 
     path = "/v2/lifecycle-manager/event"
     port = free_port()
-    with serving(start_listener(port, env), port, (path, files, ca_file)):
-        fresh = summary([drive(port, path, files, ca_file, args, False, args.seconds)])
-    report("(b) WatchEvents, new TLS handshake per event (upstream)", fresh)
-    clear_marks()
     # The keep-alive rows run side by side and take turns, ``--rounds`` slices each, so that a
     # machine whose speed drifts during the run (other load, CPU clocks) weighs on every row alike.
     # (a') keeps its queue marks under a prefix of its own: its reconciles stay queued 60 s.
     ports = {row: free_port() for row in ("a", "d", "a2", "c")}
-    rows = {
-        "a": (start_listener(ports["a"], dict(env, LISTENER_METRICS_BIND=f"127.0.0.1:{free_port()}")), path),
-        # The same contract through DRF, in the same state as (a): every event asks the queue.
-        "d": (start_drf(ports["d"], env), path),
-        "a2": (
-            start_listener(
-                ports["a2"],
-                dict(
-                    env,
-                    LISTENER_METRICS_BIND=f"127.0.0.1:{free_port()}",
-                    LISTENER_RECONCILE_DELAY="60",
-                    RECONCILE_FLAGS_PREFIX=f"bench-covered-{os.getpid()}",
-                ),
-            ),
-            path,
-        ),
-        "c": (start_hello(ports["c"], directory, env), "/"),
-    }
-    slices: dict[str, list[dict]] = {row: [] for row in rows}
+    slices: dict[str, list[dict]] = {row: [] for row in ports}
     with contextlib.ExitStack() as stack:
-        for server, _ in rows.values():  # all stopped, even when one of them fails to start
+        # Every server starts at once (all stopped, even when one of them fails to start); (b)
+        # runs once all of them serve, on a listener of its own, which goes after it.
+        fresh_server = start_listener(port, env)
+        stack.callback(stop_server, fresh_server)
+        rows = {
+            "a": (
+                start_listener(ports["a"], dict(env, LISTENER_METRICS_BIND=f"127.0.0.1:{free_port()}")),
+                path,
+            ),
+            # The same contract through DRF, in the same state as (a): every event asks the queue.
+            "d": (start_drf(ports["d"], env), path),
+            "a2": (
+                start_listener(
+                    ports["a2"],
+                    dict(
+                        env,
+                        LISTENER_METRICS_BIND=f"127.0.0.1:{free_port()}",
+                        LISTENER_RECONCILE_DELAY="60",
+                        RECONCILE_FLAGS_PREFIX=f"bench-covered-{os.getpid()}",
+                    ),
+                ),
+                path,
+            ),
+            "c": (start_hello(ports["c"], directory, env), "/"),
+        }
+        for server, _ in rows.values():
             stack.callback(stop_server, server)
+        for row, (server, _) in rows.items():
+            wait_tls(ports[row], server)
+        with serving(fresh_server, port, (path, files, ca_file)):
+            fresh = summary([drive(port, path, files, ca_file, args, False, args.seconds)])
+        report("(b) WatchEvents, new TLS handshake per event (upstream)", fresh)
+        clear_marks()
         for row, (server, row_path) in rows.items():
             stack.enter_context(serving(server, ports[row], (row_path, files, ca_file)))
         for _ in range(args.rounds):

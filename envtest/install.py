@@ -32,7 +32,6 @@ import datetime as dt
 import fcntl
 import json
 import os
-import random
 import re
 import secrets
 import shutil
@@ -54,6 +53,7 @@ import yaml
 from envtest.binaries import Binaries
 from envtest.cluster import CONTROL_PLANE_CONTROLLERS, Cluster, RealRuntime
 from envtest.images import Image, Images, build_image, dev_image
+from envtest.kubelet import PodNetwork
 from envtest.node import Node, ProxyConfig
 from envtest.runtime import Runtime
 
@@ -139,7 +139,9 @@ class Installation:
     # A release from before the install was whole (deploy/previous-release.yaml): its first
     # administrator and gateway credential are made the way its docs left to the operator.
     old_release: bool = False
-    _block: int = field(default_factory=lambda: random.randrange(1, 250))
+    # Its addresses' block (service, load balancer and outside addresses), held across processes
+    # as a node's pod block is: no node of another xdist worker names a pool after it meanwhile.
+    _block: int = field(default_factory=PodNetwork.free_block)
 
     # -- the world ------------------------------------------------------------------------------
 

@@ -44,7 +44,6 @@ import contextlib
 import itertools
 import json
 import logging
-import random
 import subprocess
 import sys
 import threading
@@ -340,7 +339,8 @@ class Node:
             "kubeconfig": str(kubeconfig),
             "apiserver": f"127.0.0.1:{self.runtime.port}",
             "bridges": config.bridges,
-            "load_balancer_pool": config.load_balancer_pool or f"10.250.{random.randrange(1, 255)}.0/26",
+            # (the node's pod block is held across processes: so is the pool named after it)
+            "load_balancer_pool": config.load_balancer_pool or f"10.250.{self.network.block}.0/26",
             "ready_file": str(ready),
         }
         path = self.workdir / "proxy.json"

@@ -40,7 +40,8 @@ API_VERSION = "operator.kyma-project.io/v1beta2"
 LABELS = {"operator.kyma-project.io/watched-by": "kyma", **MANAGED_BY}
 # Entries of ``RuntimeSync.runtime_verified``: the runtime's Kyma seen with our labels (digest of them),
 # and the status the mirror last found or wrote there (digest of it).
-VERIFIED_KEY = "|".join((API_VERSION, "Kyma", NAMESPACE, NAME))
+KEY = (API_VERSION, "Kyma", NAMESPACE, NAME)  # the runtime's Kyma as ctx.listed and ctx.named key it
+VERIFIED_KEY = "|".join(KEY)
 MIRRORED_KEY = f"{VERIFIED_KEY}|status"
 CRD_SERVED_WAITS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)  # seconds: about 3 in all
 
@@ -86,7 +87,7 @@ def step(ctx: ReconcileContext) -> None:
 def remove(ctx: ReconcileContext) -> list[tuple[str, str, str, str]]:
     """On Kyma deletion, last: the runtime's Kyma (its CRD stays: users may hold other Kymas)."""
     left = ctx.client.delete_pending(API_VERSION, "Kyma", NAME, NAMESPACE)
-    return [(API_VERSION, "Kyma", NAMESPACE, NAME)] if left is not None else []
+    return [KEY] if left is not None else []
 
 
 def desired(kyma: Kyma) -> dict[str, Any]:
@@ -119,7 +120,7 @@ def known_unchanged(ctx: ReconcileContext) -> bool:
     return (
         ctx.events_trusted
         and not ctx.full
-        and (API_VERSION, "Kyma", NAMESPACE, NAME) not in ctx.named
+        and KEY not in ctx.named
         and kyma.generation == ctx.sync.pushed_generation
         and verified_recently(ctx, VERIFIED_KEY, _labels_digest(kyma))
     )
@@ -163,7 +164,7 @@ def _sync(ctx: ReconcileContext, attempts: int = PUSH_ATTEMPTS) -> dict[str, Any
         # control plane's spec (or the spec as read) would overwrite that change, and it would
         # never be adopted. Read it again: the change is adopted, as it would have been had it
         # come a moment earlier.
-        ctx.listed.pop((API_VERSION, "Kyma", NAMESPACE, NAME), None)
+        ctx.listed.pop(KEY, None)
         return _sync(ctx, attempts - 1)
 
 

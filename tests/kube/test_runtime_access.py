@@ -12,6 +12,7 @@ import json
 import ssl
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,7 @@ import pytest
 
 from reconciler.access import GUARD, NAMESPACED_KINDS
 from reconciler.kyma_crd import kyma_crd
-from tests.support.kube import Runtime
+from tests.support.kube import Runtime, RuntimePool
 
 NS = "kyma-system"
 OURS = {"operator.kyma-project.io/managed-by": "kyma"}
@@ -163,6 +164,17 @@ def doc(
 @pytest.fixture
 def identity(real_runtime: Runtime) -> Identity:
     return Identity(real_runtime, real_runtime.grant_control_plane_access())
+
+
+@pytest.fixture(scope="module")
+def dry_run_identity(runtime_pool: RuntimePool) -> Iterator[Identity]:
+    """The identity in one runtime shared by the refusals: each is a dry run or a read, so none
+    changes what the next one meets (a fresh API server per refusal cost its start, ~3 s each)."""
+    runtime = runtime_pool.take()
+    try:
+        yield Identity(runtime, runtime.grant_control_plane_access())
+    finally:
+        runtime_pool.release(runtime)
 
 
 @pytest.fixture
@@ -371,9 +383,9 @@ def test_objects_of_its_own_can_be_created_changed_and_deleted(real_runtime, ide
         ),
     ],
 )
-def test_writes_beyond_a_reconcile_are_refused(identity, what, method, path, body):
+def test_writes_beyond_a_reconcile_are_refused(dry_run_identity, what, method, path, body):
     content_type = "application/merge-patch+json" if method == "PATCH" else "application/json"
 
-    answer = identity.call(method, path, body, content_type=content_type)
+    answer = dry_run_identity.call(method, path, body, content_type=content_type)
 
     assert answer.status == 403, (what, answer)

@@ -26,6 +26,7 @@ from runtime_emulator import crd_manifest
 __all__ = [
     "CONTROL_PLANE_USER",
     "Runtime",
+    "RuntimePool",
     "connect_kyma",
     "kube_cluster",
     "real_runtime",
