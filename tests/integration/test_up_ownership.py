@@ -41,6 +41,9 @@ class Up:
             LISTENER_BIND=f"127.0.0.1:{self.listener_port}",
             LISTENER_METRICS_BIND=f"127.0.0.1:{free_port()}",
             WORKER_CONCURRENCY="2",
+            # (one gunicorn worker per server: each loads the whole app, and who owns what is the same)
+            WEB_WORKERS="1",
+            LISTENER_WORKERS="1",
         )
         self.lines: collections.deque[str] = collections.deque(maxlen=300)
         self.roles: set[tuple[int, str]] = set()

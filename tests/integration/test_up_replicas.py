@@ -50,6 +50,9 @@ def test_given_replicas_2_then_two_of_every_role_run_and_stop_together():
         LISTENER_BIND=f"127.0.0.1:{listener}",
         LISTENER_METRICS_BIND=f"127.0.0.1:{metrics}",
         WORKER_CONCURRENCY="2",
+        # (one gunicorn worker per server: each loads the whole app, and who owns what is the same)
+        WEB_WORKERS="1",
+        LISTENER_WORKERS="1",
     )
     up = Process("up", [sys.executable, "manage.py", "up", "--no-demo", "--replicas", "2"], env, keep=20_000)
     try:
