@@ -30,6 +30,7 @@ import ssl
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -150,13 +151,28 @@ def marked_processes(mark: str) -> list[int]:
 
 
 def _stop_everything() -> None:
-    """On the way out: stop what :func:`spawn` started, then anything else of this run."""
+    """On the way out: stop what :func:`spawn` started, then anything else of this run, then
+    remove the run's scratch directories (:func:`scratch_dir`)."""
     stop_processes(list(_started), timeout=10)
     mark = os.environ.get(RUN_MARK)
     if mark and Path("/proc").is_dir():
         for pid in marked_processes(mark):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
+    for directory in _scratch:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+_scratch: list[Path] = []
+
+
+def scratch_dir(prefix: str) -> Path:
+    """A new temporary directory for this run's files (certificates and their private keys, logs),
+    removed on the way out, however the run ends (after its processes stopped). Its name carries
+    the run's mark, so what a run left behind can be found."""
+    directory = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.environ.get(RUN_MARK, '')[:12]}-"))
+    _scratch.append(directory)
+    return directory
 
 
 def setup_django(name: str, *, static: bool = False) -> None:

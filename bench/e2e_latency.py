@@ -37,7 +37,6 @@ import os
 import ssl
 import statistics
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -52,6 +51,7 @@ from common import (
     parse_args,
     percentile,
     register_kymas,
+    scratch_dir,
     setup_django,
     start_listener,
     start_workers,
@@ -288,7 +288,7 @@ def main() -> None:
     )
 
     reset()
-    directory = Path(tempfile.mkdtemp(prefix="bench-e2e-"))
+    directory = scratch_dir("bench-e2e-")
     port = free_port()
     env = dict(
         os.environ,

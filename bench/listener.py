@@ -38,7 +38,6 @@ import ssl
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -51,6 +50,7 @@ from common import (
     free_port,
     parse_args,
     percentile,
+    scratch_dir,
     setup_django,
     spawn,
     start_listener,
@@ -316,7 +316,7 @@ def main() -> None:
         smoke={"seconds": 0.5, "rounds": 1, "clients": 1, "threads": 2, "kymas": 4, "workers": "1"},
     )
 
-    directory = Path(tempfile.mkdtemp(prefix="bench-listener-"))
+    directory = scratch_dir("bench-listener-")
     files = prepare(args.kymas, directory)
     ca_file = str(directory / "ca.crt")
     env = dict(

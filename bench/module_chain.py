@@ -40,7 +40,6 @@ import random
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -55,6 +54,7 @@ from common import (
     parse_args,
     percentile,
     register_kymas,
+    scratch_dir,
     setup_django,
     spawn,
     start_listener,
@@ -444,7 +444,7 @@ def main() -> None:
     )
 
     reset()
-    directory = Path(tempfile.mkdtemp(prefix="bench-module-chain-"))
+    directory = scratch_dir("bench-module-chain-")
     listener_port, web_port = free_port(), free_port()
     env = dict(os.environ, LISTENER_ACCESS_LOG="0", LISTENER_METRICS_BIND=f"127.0.0.1:{free_port()}")
     listener = start_listener(listener_port, env)

@@ -7,7 +7,9 @@ its closing line (``<name>: key=value ...``, the name the script's or the start 
 ``e2e_latency.py``) last. No timing is asserted: smoke figures mean
 nothing. Afterwards no process of the run may be left: every process a benchmark starts carries
 the run's ``CONTROLPLANE_BENCH_RUN`` mark in its environment (bench/common.py), which is looked
-for here; whatever is found is killed and fails the test.
+for here; whatever is found is killed and fails the test. Nor may a scratch directory of the run
+be left (its certificates and private keys, its logs): ``bench/common.scratch_dir`` names each
+after the run's mark, and whatever is found is removed and fails the test.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -130,6 +134,9 @@ def test_given_a_benchmark_when_run_with_smoke_then_it_prints_its_closing_line_a
     mark = uuid.uuid4().hex
     result = run(script, bench_env(tmp_path, mark), timeout=timeout_of(script))
     leftovers = left_behind(mark)
+    scratch = sorted(Path(tempfile.gettempdir()).glob(f"*{mark[:12]}*"))  # (bench/common.scratch_dir)
+    for path in scratch:
+        shutil.rmtree(path, ignore_errors=True)
     lines = [line for line in result.stdout.splitlines() if line.strip()]
     assert result.returncode == 0, (
         f"{script.name} --smoke exited {result.returncode}:\n{result.stdout[-4000:]}"
@@ -139,6 +146,7 @@ def test_given_a_benchmark_when_run_with_smoke_then_it_prints_its_closing_line_a
         f"{script.name} --smoke did not end with '{script.stem}: key=value ...':\n{result.stdout[-2000:]}"
     )
     assert not leftovers, f"{script.name} --smoke left processes behind:\n" + "\n".join(leftovers)
+    assert not scratch, f"{script.name} --smoke left its scratch directories: {[p.name for p in scratch]}"
 
 
 def start_chaos(tmp_path: Path, mark: str) -> subprocess.Popen:
