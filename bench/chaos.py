@@ -289,7 +289,6 @@ class Balancer:
 
     def probe(self) -> set[int]:
         """Probe every listener once now (as the periodic probe does); returns those Ready."""
-        found = set()
         for backend, side in self.probes.items():
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{side}/readyz", timeout=5) as answer:
@@ -297,9 +296,7 @@ class Balancer:
             except OSError:
                 ok = False
             (self.ready.add if ok else self.ready.discard)(backend)
-            if ok:
-                found.add(backend)
-        return found
+        return self.ready & set(self.probes)
 
     def _probe(self) -> None:
         while not self.closed.is_set():

@@ -409,6 +409,25 @@ def register_kymas(
     return kymas
 
 
+def converge(
+    ids: list[int], done: Callable[[], bool], missing: Callable[[], str], timeout: float = 180
+) -> None:
+    """Until ``done()``: looks every 0.1 s and asks for a reconcile of ``ids`` once a second (a
+    reconcile that found a runtime not ready yet is asked again, as an operator would); after
+    ``timeout`` seconds, ``TimeoutError`` naming ``missing()``."""
+    from fleet import queue
+
+    deadline, asked = time.monotonic() + timeout, 0.0
+    while time.monotonic() < deadline:
+        if done():
+            return
+        if time.monotonic() >= asked + 1:
+            queue.request(ids, reason="bench: converge")
+            asked = time.monotonic()
+        time.sleep(0.1)
+    raise TimeoutError(f"not converged: {missing()}")
+
+
 def database_label() -> str:
     from django.db import connection
 

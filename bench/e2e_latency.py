@@ -45,6 +45,7 @@ from pathlib import Path
 from common import (
     RawClient,
     clear_fleet,
+    converge,
     database_label,
     free_port,
     klm_watcher,
@@ -71,7 +72,6 @@ setup_django("e2e")
 from django.conf import settings
 from django.utils import timezone
 
-from fleet import queue
 from fleet.models import Kyma, ReconcileRecord
 from listener.models import WatchEventRecord
 from pki import selectors as pki_selectors
@@ -97,23 +97,22 @@ def register(runtimes: list, prefix: str) -> list[Kyma]:
     return register_kymas(runtimes, [f"{prefix}-{n:04d}" for n in range(len(runtimes))])
 
 
-def converge(measured: list[Kyma], load: list[Kyma], timeout: float = 180) -> None:
+def converged(measured: list[Kyma], load: list[Kyma], timeout: float = 180) -> None:
     """Until every Kyma is Ready and every measured runtime's watcher has reported."""
     ids = [k.pk for k in measured + load]
-    deadline, asked = time.monotonic() + timeout, 0.0
-    while time.monotonic() < deadline:
-        states = dict(Kyma.objects.filter(pk__in=ids).values_list("pk", "state"))
-        reporting = Kyma.objects.filter(
-            pk__in=[k.pk for k in measured], watcher_contact__last_seen_at__isnull=False
+    watched = [k.pk for k in measured]
+
+    def done() -> bool:
+        reporting = Kyma.objects.filter(pk__in=watched, watcher_contact__last_seen_at__isnull=False)
+        return not Kyma.objects.filter(pk__in=ids).exclude(state="Ready").exists() and (
+            reporting.count() == len(watched)
         )
-        if all(state == "Ready" for state in states.values()) and reporting.count() == len(measured):
-            return
-        if time.monotonic() >= asked + 1:
-            queue.request(ids, reason="bench: converge")
-            asked = time.monotonic()
-        time.sleep(0.1)
-    raise TimeoutError(
-        f"not converged: {Kyma.objects.filter(pk__in=ids).exclude(state='Ready').count()} not Ready"
+
+    converge(
+        ids,
+        done,
+        lambda: f"{Kyma.objects.filter(pk__in=ids).exclude(state='Ready').count()} not Ready",
+        timeout,
     )
 
 
@@ -323,7 +322,7 @@ def run(host: EmulatorHost, args: argparse.Namespace, port: int, directory: Path
     for runtime in quiet:
         runtime.kubelet = None  # their pods just run: events come from the load generator
     measured, load = register(watched, "e2e"), register(quiet, "e2e-load")
-    converge(measured, load)
+    converged(measured, load)
     files, ca_file = write_credentials(load, directory)
 
     # One unmeasured change per runtime first: converge ends at its watcher's first heartbeat,

@@ -405,8 +405,11 @@ def main() -> None:
     )
     started = time.perf_counter()
     results = []
-    # Idle connections close after 30 s: 10,000 runtimes x 2 workers must fit the descriptor limit.
-    with EmulatorHost(keepalive_timeout=30) as host:
+    # Idle connections close after 20 s: 10,000 runtimes' listening sockets and the connections a
+    # sweep keeps open must fit the descriptor limit (20,000 here: with 30 s, the sweep at 0 ms,
+    # 320 a second, went past it and connections were refused, "Too many open files"). A sweep
+    # reaches each runtime once, so none of its connections is idle long enough to be reused anyway.
+    with EmulatorHost(keepalive_timeout=20) as host:
         for index, size in enumerate(int(s) for s in args.sizes.split(",")):
             result = measure(host, size, args, compare if index == 0 else [])
             results.append(result)

@@ -2,8 +2,9 @@
 while its runtimes keep sending events.
 
 The control plane is installed as an SRE installs it (``envtest.install``: deploy/'s example
-overlay on a real kube-apiserver, the pods run by the node stand-in, three real runtimes, the
-Istio gateway's stand-in in front of the listener), with the PKI's lifetimes shortened by its own
+overlay on a real kube-apiserver, the pods run by the node stand-in, three real runtimes
+(``--runtimes``), the Istio gateway's stand-in in front of the listener; ``--smoke`` installs one
+runtime and one replica of each role), with the PKI's lifetimes shortened by its own
 settings to seconds instead of days (this benchmark only): runtime and listener certificates live
 ``--cert-seconds`` and are renewed halfway, the CA lives ``--ca-seconds`` and rotates
 ``--rotate-before`` seconds before it expires, the server certificate switches to a new CA
@@ -22,7 +23,7 @@ had (the gateway's, each runtime's); E: edits made; F: edits whose event never r
 listener (edits less events accepted less events merged into one pending; plus events the watchers
 dropped); G: reconciles that ended in Error. Goals: F = 0, G = 0, R >= 3.
 
-    python bench/lifecycle.py [--rotations 3] [--renewals 10] [--smoke]
+    python bench/lifecycle.py [--rotations 3] [--renewals 10] [--runtimes 3] [--replicas 2] [--smoke]
 """
 
 from __future__ import annotations
@@ -139,6 +140,10 @@ def main() -> None:
         "--grace", type=float, default=15, help="seconds before the server certificate switches"
     )
     parser.add_argument("--limit", type=float, default=30, help="minutes at most")
+    parser.add_argument("--runtimes", type=int, default=3, help="runtimes (real API servers) registered")
+    parser.add_argument(
+        "--replicas", type=int, default=0, help="each role's replicas (0: the example overlay's, two)"
+    )
     parser.add_argument(
         "--keep",
         action="store_true",
@@ -154,6 +159,10 @@ def main() -> None:
             "rotate_before": 60,
             "grace": 10,
             "limit": 6,
+            # (every path runs with one of each: three runtimes and two of every role are the
+            # full run's, an API server and a Django process more each, on 2 cores)
+            "runtimes": 1,
+            "replicas": 1,
         },
     )
     workdir = Path(tempfile.mkdtemp(prefix="lifecycle-"))
@@ -168,13 +177,22 @@ def main() -> None:
 
 def run(args: argparse.Namespace, workdir: Path) -> None:
     redis_db = int(os.environ.get("LIFECYCLE_REDIS_DB", "14"))
-    with Installation(workdir, Release(ROOT, "0.1.0"), redis_db=redis_db, site=site(args)) as installed:
+    with Installation(
+        workdir,
+        Release(ROOT, "0.1.0"),
+        runtimes=args.runtimes,
+        replicas=args.replicas,
+        redis_db=redis_db,
+        site=site(args),
+    ) as installed:
         web = installed.session()
         installed.register_runtimes(web)
 
         def ready() -> bool:
             kymas = web.get("/api/v1/kymas/")["results"]
-            return len(kymas) == 3 and all((k.get("status") or {}).get("state") == "Ready" for k in kymas)
+            return len(kymas) == args.runtimes and all(
+                (k.get("status") or {}).get("state") == "Ready" for k in kymas
+            )
 
         wait_for(ready, timeout=600, what="the Kymas Ready")
         observer = Observer(installed)

@@ -47,6 +47,7 @@ from pathlib import Path
 from common import (
     ROOT,
     clear_fleet,
+    converge,
     cpu_by_role,
     database_label,
     free_port,
@@ -72,7 +73,6 @@ from django.contrib.auth.models import User
 from django.db import connection
 from django.utils import timezone
 
-from fleet import queue
 from fleet.models import Kyma, Module, ModuleConfig, ReconcileRecord, SyncResource
 from fleet.services import modules as module_services
 from kernel.api_tokens import api_token_create
@@ -104,19 +104,15 @@ def replicas(runtime: object) -> int | None:
     return deployment and deployment["spec"]["replicas"]
 
 
-def converge(runtimes: list, kymas: list[Kyma], timeout: float = 300) -> None:
+def converged(runtimes: list, kymas: list[Kyma], timeout: float = 300) -> None:
     """Until every runtime has the manager's Deployment and a reporting watcher."""
     ids = [k.pk for k in kymas]
-    deadline, asked = time.monotonic() + timeout, 0.0
-    while time.monotonic() < deadline:
+
+    def done() -> bool:
         reporting = Kyma.objects.filter(pk__in=ids, watcher_contact__last_seen_at__isnull=False).count()
-        if reporting == len(ids) and all(replicas(r) is not None for r in runtimes):
-            return
-        if time.monotonic() >= asked + 1:
-            queue.request(ids, reason="bench: converge")
-            asked = time.monotonic()
-        time.sleep(0.1)
-    raise TimeoutError(f"not converged: {sum(replicas(r) is None for r in runtimes)} runtimes lack keda")
+        return reporting == len(ids) and all(replicas(r) is not None for r in runtimes)
+
+    converge(ids, done, lambda: f"{sum(replicas(r) is None for r in runtimes)} runtimes lack keda", timeout)
 
 
 def last_record_id() -> int:
@@ -497,7 +493,7 @@ def main() -> None:
                 measured = [host.create(f"mc-{n}") for n in range(args.runtimes)]
                 loaded = [host.create(f"mc-load-{n}") for n in range(args.load_runtimes)]
                 kymas = register(measured, "mc") + register(loaded, "mc-load")
-                converge(measured + loaded, kymas)
+                converged(measured + loaded, kymas)
                 values = itertools.count(2)
                 stages = (
                     Stages({r.name: k for r, k in zip(measured, kymas, strict=False)}) if args.trace else None

@@ -127,6 +127,7 @@ class Installation:
     overlay: str = "example"
     runtimes: int = 3
     site: dict[str, str] = field(default_factory=dict)  # ConfigMap values a test's site adds
+    replicas: int = 0  # each role's replicas where a site sets them (0: the example's, two)
     database: str = ""
     redis_db: int = 2
     cluster: Cluster | None = None
@@ -305,6 +306,11 @@ class Installation:
             "kind": "Kustomization",
             "resources": [os.path.relpath(example, site)],
             "images": [{"name": CONTROLPLANE_IMAGE, "newTag": tag}],
+            **(
+                {"replicas": [{"name": f"controlplane-{role}", "count": self.replicas} for role in ROLES]}
+                if self.replicas
+                else {}
+            ),
             "patches": [
                 {
                     "target": {"kind": "ConfigMap", "name": "controlplane-config"},
