@@ -466,8 +466,14 @@ class Installation:
         return f"http://{found['spec']['clusterIP']}:8000"
 
     def session(self) -> WebSession:
-        """A logged-in administrator's session, through the web Service as the Ingress sends it."""
+        """A logged-in administrator's session, through the web Service as the Ingress sends it.
+
+        A rollout is done once its pods are Ready; their Service's EndpointSlice is written after
+        that, and the node's proxy learns of it after that again. With one replica (a benchmark's
+        smoke run) the first request could find no endpoint and its connection was reset, so the
+        login waits until the login page answers."""
         web = WebSession(self.web_address())
+        wait_for(web.answers, timeout=60, what="the web Service answering its login page")
         web.login("admin", self.admin_password)
         return web
 
@@ -563,6 +569,13 @@ class WebSession:
         self.cookies.update(answer.cookies.get_dict())
         self.http.cookies.clear()
         return answer
+
+    def answers(self) -> bool:
+        """The login page answers (a connection refused or reset: not yet)."""
+        try:
+            return self.request("GET", "/admin/login/").ok
+        except requests.ConnectionError:
+            return False
 
     def login(self, username: str, password: str) -> None:
         page = self.request("GET", "/admin/login/")
