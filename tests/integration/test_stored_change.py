@@ -3,9 +3,14 @@
 Every part real (emulated runtime → our watcher process → listener → broker → worker). The
 emulated API server stores the user's edit 200 ms after its webhooks answered, twice the listener's
 fixed delay for upstream's events (``LISTENER_RECONCILE_DELAY`` 0.1 s): a reconcile that waited
-only that delay would read the old spec, and nothing else would reconcile the Kyma again (no beat,
-an hour's Ready interval). Our watcher says which change it saw, so the reconcile starts at once and
-reads until the change is stored.
+only that delay would read the old spec, and nothing else would reconcile the Kyma again (beat
+sweeps a Ready Kyma only after an hour). Our watcher says which change it saw, so the reconcile
+starts at once and reads until the change is stored.
+
+Beat runs too, as in production: it reconciles a Kyma again while it is Processing (its watcher's
+pod turns Ready at its readiness probe's period), never a Ready one within the hour. Without it,
+when the first heartbeat's reconcile came together with an event's, before the pod was Ready,
+nothing reconciled the Kyma again and it stayed Processing (a CI run on b15b8ac).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from fleet.models import Kyma, ReconcileRecord
 from pki import services as pki
 from runtime_emulator.kubelet import ProcessKubelet
 from tests.support.listener import start_listener
-from tests.support.processes import eventually, start_worker
+from tests.support.processes import eventually, start_beat, start_worker
 from tests.support.runtimes import connected_kyma, klm_watcher
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -31,16 +36,16 @@ def control_plane():
     listener = start_listener(LISTENER_RECONCILE_DELAY="0.1", LISTENER_EVENT_MARGIN="0.05")
     started = [listener.process]
     try:
-        started.append(
-            start_worker(
-                WATCHER_KCP_ADDR=f"localhost:{listener.port}",
-                WATCHER_HEARTBEAT_INTERVAL="1",
-                RECONCILE_READY_INTERVAL="3600",
-                RECONCILE_PROCESSING_INTERVAL="1",
-                RECONCILE_MIN_SPACING="0",
-                RECONCILE_STORED_WAIT="5",
-            )
-        )
+        settings = {
+            "WATCHER_KCP_ADDR": f"localhost:{listener.port}",
+            "WATCHER_HEARTBEAT_INTERVAL": "1",
+            "RECONCILE_READY_INTERVAL": "3600",
+            "RECONCILE_PROCESSING_INTERVAL": "1",
+            "RECONCILE_MIN_SPACING": "0",
+            "RECONCILE_STORED_WAIT": "5",
+        }
+        started.append(start_worker(**settings))
+        started.append(start_beat(**settings))
         yield started
     finally:
         for process in reversed(started):
